@@ -1,0 +1,47 @@
+# Everyday commands. `make demo` runs the main job end to end; `make test` runs the tests.
+PY      ?= python3
+VENV    ?= .venv
+BIN      = $(VENV)/bin
+ARGUS    = $(BIN)/argus
+EXTRAS  ?= dev,torch
+
+.PHONY: setup kafka-up kafka-down topics demo test test-fast lint typecheck bench clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+setup: $(BIN)/python ## create the venv, install argus-trace with extras, fetch the Kafka jars
+	$(BIN)/pip install -q -e ".[$(EXTRAS)]"
+	$(ARGUS) kafka up
+	$(ARGUS) topics create
+
+kafka-up: ## start the local broker (idempotent)
+	$(ARGUS) kafka up
+
+kafka-down: ## stop the local broker
+	$(ARGUS) kafka down
+
+topics: kafka-up
+	$(ARGUS) topics create
+
+demo: setup ## the main job end to end
+	$(ARGUS) demo
+
+test: ## the whole suite (unit + integration against the real local broker)
+	$(ARGUS) kafka up
+	$(BIN)/pytest -q
+
+test-fast: ## unit tests only (no broker)
+	$(BIN)/pytest -q -m "not kafka and not slow"
+
+lint: ## ruff + mypy
+	$(BIN)/ruff check argus tests bench
+	$(BIN)/ruff format --check argus tests bench
+	$(BIN)/mypy
+
+bench: ## every benchmark; results go to BENCHMARKS.md by hand
+	for b in bench/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+clean:
+	rm -rf .pytest_cache .mypy_cache .ruff_cache build *.egg-info

@@ -1,0 +1,1 @@
+"""CLI subcommands (thin shells over the library)."""

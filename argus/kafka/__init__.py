@@ -1,0 +1,1 @@
+"""Kafka plumbing: the local broker (:mod:`argus.kafka.local`) and topic admin."""

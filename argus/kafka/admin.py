@@ -1,0 +1,72 @@
+"""Topic administration over confluent-kafka's AdminClient."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from argus.config import Settings
+from argus.schemas.errors import ArgusError
+from argus.topics import TopicSpec, topic_specs
+
+__all__ = ["TopicAdminError", "create_topics", "delete_topics"]
+
+
+class TopicAdminError(ArgusError, RuntimeError):
+    """A topic could not be created or deleted."""
+
+
+def create_topics(
+    settings: Settings,
+    *,
+    prefix: str | None = None,
+    specs: Iterable[TopicSpec] | None = None,
+    replication: int = 1,
+    partitions: int | None = None,
+    timeout_s: float = 30.0,
+) -> dict[str, str]:
+    """Create the argus topics that do not exist yet.
+
+    Returns ``{topic: "created" | "exists"}``. ``partitions`` overrides every spec's count
+    (tests use 1 to keep the broker light).
+    """
+    prefix = settings.topic_prefix if prefix is None else prefix
+    wanted = topic_specs(prefix)
+    if specs is not None:
+        keep = {s.suffix for s in specs}
+        wanted = {n: s for n, s in wanted.items() if s.suffix in keep}
+    admin = AdminClient(settings.kafka_config())
+    existing = set(admin.list_topics(timeout=timeout_s).topics)
+    result = {n: "exists" for n in wanted if n in existing}
+    new = [
+        NewTopic(n, num_partitions=partitions or s.partitions, replication_factor=replication,
+                 config=s.config())
+        for n, s in wanted.items() if n not in existing
+    ]
+    if new:
+        for name, fut in admin.create_topics(new, operation_timeout=timeout_s).items():
+            try:
+                fut.result(timeout=timeout_s)
+                result[name] = "created"
+            except KafkaException as exc:
+                if "TOPIC_ALREADY_EXISTS" in str(exc):
+                    result[name] = "exists"
+                else:
+                    raise TopicAdminError(f"creating {name}: {exc}") from exc
+    return result
+
+
+def delete_topics(settings: Settings, names: Iterable[str], *, timeout_s: float = 30.0) -> None:
+    """Delete topics (tests clean up their own)."""
+    names = list(names)
+    if not names:
+        return
+    admin = AdminClient(settings.kafka_config())
+    for name, fut in admin.delete_topics(names, operation_timeout=timeout_s).items():
+        try:
+            fut.result(timeout=timeout_s)
+        except KafkaException as exc:
+            if "UNKNOWN_TOPIC" not in str(exc):
+                raise TopicAdminError(f"deleting {name}: {exc}") from exc

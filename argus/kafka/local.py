@@ -1,0 +1,263 @@
+"""A real Apache Kafka broker on this machine, without Docker.
+
+``argus kafka up`` resolves the broker jars from Maven Central once (into
+``<cache_dir>/kafka-<version>/libs``), formats KRaft storage once, and starts one combined
+broker+controller JVM (``kafka.Kafka``) bound to 127.0.0.1. It is idempotent: a running
+broker is left alone. ``down`` stops only the process whose pid it recorded, after checking
+that the pid is still that ``kafka.Kafka`` JVM. When an existing cluster is configured
+(``ARGUS_KAFKA_BOOTSTRAP``), nothing is started or stopped.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from argus.config import Settings
+from argus.schemas.errors import ArgusError
+
+__all__ = ["KAFKA_VERSION", "BrokerError", "BrokerStatus", "LocalBroker"]
+
+#: The pinned Apache Kafka release (4.0 line: faust-streaming's CI and aiokafka >= 0.13 run on it).
+KAFKA_VERSION = "4.0.2"
+
+
+class BrokerError(ArgusError, RuntimeError):
+    """The local broker could not be fetched, started or stopped; the message says why."""
+
+
+@dataclass(frozen=True)
+class BrokerStatus:
+    running: bool
+    pid: int | None
+    bootstrap: str
+    managed: bool  # started by argus (False: an existing cluster is configured)
+    detail: str = ""
+
+
+def _port_open(host: str, port: int, timeout_s: float = 0.5) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+class LocalBroker:
+    """The broker ``argus kafka`` manages, under ``settings.state_dir / "kafka"``."""
+
+    def __init__(self, settings: Settings, *, version: str = KAFKA_VERSION) -> None:
+        self.settings = settings
+        self.version = version
+        self.home = settings.state_dir / "kafka"
+        self.libs = settings.cache_dir / f"kafka-{version}" / "libs"
+        self.data = self.home / "data"
+        self.logs = self.home / "logs"
+        self.pid_file = self.home / "broker.pid"
+        self.props = self.home / "server.properties"
+
+    # -- jars -------------------------------------------------------------------------------
+    def fetch(self, *, quiet: bool = True) -> Path:
+        """Resolve the broker jars with Maven once; return the libs folder."""
+        marker = self.libs / ".complete"
+        if marker.exists():
+            return self.libs
+        mvn = shutil.which("mvn")
+        if mvn is None:
+            raise BrokerError("Maven (mvn) is not on PATH; install it (apt-get install maven)")
+        build = self.libs.parent / "build"
+        build.mkdir(parents=True, exist_ok=True)
+        pom = resources.files("argus.kafka").joinpath("pom.xml").read_text()
+        (build / "pom.xml").write_text(pom.replace("@KAFKA_VERSION@", self.version))
+        tmp = self.libs.parent / "libs.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        cmd = [mvn, "-B", "dependency:copy-dependencies", f"-DoutputDirectory={tmp}",
+               "-DincludeScope=runtime"]
+        if quiet:
+            cmd.insert(1, "-q")
+        proc = subprocess.run(cmd, cwd=build, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            raise BrokerError(
+                f"mvn could not resolve org.apache.kafka:kafka_2.13:{self.version} "
+                f"(exit {proc.returncode}):\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}"
+            )
+        shutil.rmtree(self.libs, ignore_errors=True)
+        tmp.rename(self.libs)
+        marker.write_text(self.version + "\n")
+        return self.libs
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def _java(self) -> str:
+        home = os.environ.get("JAVA_HOME")
+        if home and (Path(home) / "bin" / "java").exists():
+            return str(Path(home) / "bin" / "java")
+        java = shutil.which("java")
+        if java is None:
+            raise BrokerError("java is not on PATH; Kafka 4 needs Java 17+ (apt-get install openjdk-17-jre-headless)")
+        return java
+
+    def _write_props(self) -> None:
+        s = self.settings
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.props.write_text(
+            "\n".join([
+                "# written by `argus kafka up`; edit argus settings, not this file",
+                "process.roles=broker,controller",
+                "node.id=1",
+                f"controller.quorum.voters=1@127.0.0.1:{s.controller_port}",
+                f"listeners=PLAINTEXT://127.0.0.1:{s.kafka_port},CONTROLLER://127.0.0.1:{s.controller_port}",
+                f"advertised.listeners=PLAINTEXT://127.0.0.1:{s.kafka_port}",
+                "controller.listener.names=CONTROLLER",
+                "inter.broker.listener.name=PLAINTEXT",
+                "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+                f"log.dirs={self.data}",
+                "num.partitions=1",
+                "offsets.topic.replication.factor=1",
+                "offsets.topic.num.partitions=8",
+                "transaction.state.log.replication.factor=1",
+                "transaction.state.log.min.isr=1",
+                "group.initial.rebalance.delay.ms=0",
+                "auto.create.topics.enable=true",
+                "log.retention.check.interval.ms=60000",
+                "",
+            ])
+        )
+
+    def _pid(self) -> int | None:
+        try:
+            pid = int(self.pid_file.read_text().strip())
+        except (FileNotFoundError, ValueError):
+            return None
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            return None
+        if b"kafka.Kafka" in cmdline and str(self.props).encode() in cmdline:
+            return pid
+        return None  # pid reused by another process: not ours
+
+    def status(self) -> BrokerStatus:
+        s = self.settings
+        if not s.local_broker:
+            host, _, port = s.bootstrap.split(",")[0].rpartition(":")
+            up = _port_open(host or "127.0.0.1", int(port or 9092))
+            return BrokerStatus(up, None, s.bootstrap, False, "existing cluster (ARGUS_KAFKA_BOOTSTRAP)")
+        pid = self._pid()
+        up = pid is not None and _port_open("127.0.0.1", s.kafka_port)
+        return BrokerStatus(up, pid, s.bootstrap_servers, True, f"Apache Kafka {self.version}")
+
+    def up(self, *, timeout_s: float = 90.0) -> BrokerStatus:
+        """Start the broker unless it runs (or an existing cluster is configured)."""
+        s = self.settings
+        st = self.status()
+        if not s.local_broker or st.running:
+            return st
+        if st.pid is not None:  # JVM up but not answering yet: wait for it
+            return self._wait(st.pid, timeout_s)
+        if _port_open("127.0.0.1", s.kafka_port) or _port_open("127.0.0.1", s.controller_port):
+            raise BrokerError(
+                f"port {s.kafka_port} or {s.controller_port} on 127.0.0.1 is taken by another "
+                "process; set ARGUS_KAFKA_PORT / ARGUS_KAFKA_CONTROLLER_PORT or stop it"
+            )
+        libs = self.fetch()
+        java = self._java()
+        self._write_props()
+        self.logs.mkdir(parents=True, exist_ok=True)
+        cp = f"{libs}/*"
+        log_opts = [
+            f"-Dlog4j2.configurationFile={resources.files('argus.kafka').joinpath('log4j2.properties')}",
+            f"-Dkafka.logs.dir={self.logs}",
+        ]
+        if not (self.data / "meta.properties").exists():
+            shutil.rmtree(self.data, ignore_errors=True)
+            cluster_id = _cluster_id()
+            fmt = subprocess.run(
+                [java, *log_opts, "-cp", cp, "kafka.tools.StorageTool", "format",
+                 "-t", cluster_id, "-c", str(self.props)],
+                capture_output=True, text=True, check=False,
+            )
+            if fmt.returncode != 0:
+                raise BrokerError(f"formatting KRaft storage failed:\n{fmt.stdout}{fmt.stderr}")
+        heap = os.environ.get("ARGUS_KAFKA_HEAP", "768m")
+        with open(self.logs / "stdout.log", "ab") as out:
+            proc = subprocess.Popen(
+                [java, f"-Xmx{heap}", f"-Xms{heap}", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+                 *log_opts, "-cp", cp, "kafka.Kafka", str(self.props)],
+                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True,  # survives the CLI; `down` stops it
+            )
+        self.pid_file.write_text(f"{proc.pid}\n")
+        return self._wait(proc.pid, timeout_s)
+
+    def _wait(self, pid: int, timeout_s: float) -> BrokerStatus:
+        from confluent_kafka.admin import AdminClient
+
+        deadline = time.monotonic() + timeout_s
+        admin = AdminClient(self.settings.kafka_config(**{"log_level": 0}))
+        while time.monotonic() < deadline:
+            if self._pid() is None:
+                tail = _tail(self.logs / "server.log") or _tail(self.logs / "stdout.log")
+                raise BrokerError(f"the broker exited during start-up; last log lines:\n{tail}")
+            if _port_open("127.0.0.1", self.settings.kafka_port):
+                try:
+                    md = admin.list_topics(timeout=2.0)
+                    if md.brokers:
+                        return self.status()
+                except Exception:  # not ready yet
+                    pass
+            time.sleep(0.3)
+        raise BrokerError(
+            f"broker (pid {pid}) did not answer within {timeout_s:.0f} s; see {self.logs}/server.log"
+        )
+
+    def down(self, *, timeout_s: float = 30.0) -> bool:
+        """Stop the broker this folder started; True if one was stopped."""
+        if not self.settings.local_broker:
+            return False
+        pid = self._pid()
+        if pid is None:
+            self.pid_file.unlink(missing_ok=True)
+            return False
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
+            if _zombie(pid):
+                break
+            time.sleep(0.2)
+        if Path(f"/proc/{pid}").exists() and not _zombie(pid):
+            os.kill(pid, signal.SIGKILL)
+        self.pid_file.unlink(missing_ok=True)
+        return True
+
+    def reset(self) -> None:
+        """Stop the broker and delete its data (topics, offsets)."""
+        self.down()
+        shutil.rmtree(self.data, ignore_errors=True)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
+    except OSError:
+        return False
+
+
+def _cluster_id() -> str:
+    import base64
+
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def _tail(path: Path, n: int = 20) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return ""

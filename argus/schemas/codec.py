@@ -1,0 +1,232 @@
+"""Avro codec for every argus record.
+
+Two framings, chosen per codec instance:
+
+* **Avro single-object encoding** (default): ``C3 01`` + the schema's 8-byte CRC-64-AVRO
+  fingerprint (little-endian, as the Avro spec writes it) + the Avro binary body. Readers in
+  any language find the schema by fingerprint among the ``.avsc`` files shipped here.
+* **Confluent framing** when a schema-registry URL is configured: ``00`` + 4-byte big-endian
+  schema id + body. Schemas are registered under their full record name
+  (RecordNameStrategy, e.g. ``argus.StepRecord``).
+
+The decoder accepts both framings whatever it encodes with, so a consumer never needs to
+know how a producer was configured. Anything else raises :class:`DecodeError`.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import fastavro
+from fastavro.schema import fingerprint, to_parsing_canonical_form
+
+from argus.schemas.errors import DecodeError, EncodeError, SchemaNotFound
+
+__all__ = ["SINGLE_OBJECT_MAGIC", "Codec", "RecordSchema", "load_schemas"]
+
+SINGLE_OBJECT_MAGIC = b"\xc3\x01"
+CONFLUENT_MAGIC = 0
+
+
+@dataclass(frozen=True)
+class RecordSchema:
+    """One shipped schema: short name (file stem), full Avro name, parsed form, fingerprint."""
+
+    name: str
+    full_name: str
+    raw: dict[str, Any]
+    parsed: Any
+    fingerprint: bytes  # 8 bytes, wire order
+
+
+@cache
+def load_schemas() -> dict[str, RecordSchema]:
+    """All ``.avsc`` files of this package, by short name (``"step_record"``, ...)."""
+    out: dict[str, RecordSchema] = {}
+    for entry in sorted(resources.files("argus.schemas").iterdir(), key=lambda p: p.name):
+        if not entry.name.endswith(".avsc"):
+            continue
+        raw = json.loads(entry.read_text())
+        parsed = fastavro.parse_schema(raw, _write_hint=False)
+        fp = bytes.fromhex(fingerprint(to_parsing_canonical_form(parsed), "CRC-64-AVRO"))
+        full = f"{raw['namespace']}.{raw['name']}" if "namespace" in raw else raw["name"]
+        name = entry.name.removesuffix(".avsc")
+        out[name] = RecordSchema(name, full, raw, parsed, fp)
+    return out
+
+
+class Codec:
+    """Encode and decode argus records.
+
+    Parameters
+    ----------
+    registry_url : str, optional
+        Schema-registry URL; when set, records are written with Confluent framing.
+        ``mock://name`` uses confluent-kafka's in-process mock registry (tests).
+    registry_config : mapping, optional
+        Extra ``SchemaRegistryClient`` settings (auth, TLS).
+
+    Examples
+    --------
+    >>> c = Codec()
+    >>> data = c.encode("dlq_record", {"source_topic": "t", "value": b"x",
+    ...     "error_type": "E", "reason": "r", "failed_ns": 1})
+    >>> data[:2] == SINGLE_OBJECT_MAGIC
+    True
+    >>> c.decode(data)[0]
+    'dlq_record'
+    """
+
+    def __init__(
+        self,
+        *,
+        registry_url: str | None = None,
+        registry_config: Mapping[str, Any] | None = None,
+    ) -> None:
+        self._schemas = load_schemas()
+        self._by_fp = {s.fingerprint: s for s in self._schemas.values()}
+        self._by_full = {s.full_name: s for s in self._schemas.values()}
+        self._registry: Any = None
+        self._id_of: dict[str, int] = {}
+        self._schema_of_id: dict[int, RecordSchema] = {}
+        if registry_url:
+            from confluent_kafka.schema_registry import SchemaRegistryClient
+
+            conf = {"url": registry_url, **(registry_config or {})}
+            self._registry = SchemaRegistryClient.new_client(conf)
+
+    @property
+    def schemas(self) -> dict[str, RecordSchema]:
+        return self._schemas
+
+    def schema(self, name: str) -> RecordSchema:
+        try:
+            return self._schemas[name]
+        except KeyError:
+            raise SchemaNotFound(
+                f"no schema {name!r}; known: {', '.join(sorted(self._schemas))}"
+            ) from None
+
+    # -- encoding -------------------------------------------------------------------------
+    def encode(self, name: str, value: Mapping[str, Any]) -> bytes:
+        """Frame and serialise ``value`` as record ``name``.
+
+        Raises
+        ------
+        EncodeError
+            When ``value`` does not match the schema (the message names the record).
+        """
+        s = self.schema(name)
+        buf = io.BytesIO()
+        buf.write(self._header(s))
+        try:
+            fastavro.schemaless_writer(buf, s.parsed, value)
+        except (TypeError, ValueError, KeyError, AttributeError, OverflowError) as exc:
+            raise EncodeError(f"{name}: value does not match {s.full_name}: {exc!r}") from exc
+        return buf.getvalue()
+
+    def _header(self, s: RecordSchema) -> bytes:
+        if self._registry is None:
+            return SINGLE_OBJECT_MAGIC + s.fingerprint
+        sid = self._id_of.get(s.name)
+        if sid is None:
+            from confluent_kafka.schema_registry import Schema
+
+            sid = self._registry.register_schema(s.full_name, Schema(json.dumps(s.raw), "AVRO"))
+            self._id_of[s.name] = sid
+            self._schema_of_id[sid] = s
+        return bytes([CONFLUENT_MAGIC]) + sid.to_bytes(4, "big")
+
+    # -- decoding -------------------------------------------------------------------------
+    def decode(self, data: bytes | None, expect: str | None = None) -> tuple[str, dict[str, Any]]:
+        """Return ``(schema short name, record)`` for a framed value.
+
+        Parameters
+        ----------
+        data : bytes
+            A value written by :meth:`encode` (either framing).
+        expect : str, optional
+            Short name the record must have; another record raises ``wrong-record``.
+
+        Raises
+        ------
+        DecodeError
+            Empty input, unknown magic, a truncated frame, an unknown fingerprint or schema
+            id, a body that does not parse or has trailing bytes, or an unexpected record.
+        """
+        if not data:
+            raise DecodeError("empty", "no bytes to decode")
+        view = memoryview(data)
+        if view[:2] == SINGLE_OBJECT_MAGIC:
+            if len(view) < 10:
+                raise DecodeError(
+                    "truncated", f"single-object header needs 10 bytes, got {len(view)}"
+                )
+            fp = bytes(view[2:10])
+            s = self._by_fp.get(fp)
+            if s is None:
+                raise DecodeError(
+                    "unknown-fingerprint",
+                    f"CRC-64-AVRO fingerprint {fp.hex()} matches no shipped schema "
+                    "(a newer producer? upgrade argus-trace)",
+                )
+            body = view[10:]
+        elif view[0] == CONFLUENT_MAGIC:
+            if len(view) < 5:
+                raise DecodeError("truncated", f"Confluent header needs 5 bytes, got {len(view)}")
+            s = self._schema_for_id(int.from_bytes(view[1:5], "big"))
+            body = view[5:]
+        else:
+            raise DecodeError(
+                "bad-magic",
+                f"first bytes {bytes(view[:2]).hex()} are neither Avro single-object (c301) "
+                "nor Confluent framing (00)",
+            )
+        if expect is not None and s.name != expect:
+            raise DecodeError("wrong-record", f"expected {expect}, got {s.name}")
+        bio = io.BytesIO(body)
+        try:
+            rec = fastavro.schemaless_reader(bio, s.parsed, None)
+        except Exception as exc:  # fastavro raises many types on corrupt bodies
+            raise DecodeError(
+                "truncated" if isinstance(exc, EOFError) else "bad-body",
+                f"{s.name}: body does not parse ({type(exc).__name__}: {exc})",
+            ) from exc
+        if bio.tell() != len(body):
+            raise DecodeError(
+                "bad-body", f"{s.name}: {len(body) - bio.tell()} trailing bytes after the record"
+            )
+        if not isinstance(rec, dict):
+            raise DecodeError("bad-body", f"{s.name}: body is not a record")
+        return s.name, rec
+
+    def decode_as(self, name: str, data: bytes | None) -> dict[str, Any]:
+        """Decode and require record ``name``; see :meth:`decode`."""
+        return self.decode(data, expect=name)[1]
+
+    def _schema_for_id(self, sid: int) -> RecordSchema:
+        s = self._schema_of_id.get(sid)
+        if s is not None:
+            return s
+        if self._registry is None:
+            raise DecodeError(
+                "unknown-schema-id",
+                f"Confluent-framed value (schema id {sid}) but no schema registry is configured",
+            )
+        try:
+            got = self._registry.get_schema(sid)
+            raw = json.loads(got.schema_str)
+        except Exception as exc:
+            raise DecodeError("unknown-schema-id", f"registry has no schema {sid}: {exc}") from exc
+        full = f"{raw.get('namespace')}.{raw.get('name')}"
+        s2 = self._by_full.get(full)
+        if s2 is None:
+            raise DecodeError("unknown-schema-id", f"schema id {sid} is {full}, not an argus record")
+        self._schema_of_id[sid] = s2
+        return s2

@@ -1,0 +1,28 @@
+"""Typed errors of the wire contract."""
+
+from __future__ import annotations
+
+
+class ArgusError(Exception):
+    """Root of every error argus raises on purpose."""
+
+
+class DecodeError(ArgusError, ValueError):
+    """A value on the wire could not be decoded.
+
+    ``reason`` is a short machine-readable code (``empty``, ``bad-magic``, ``truncated``,
+    ``unknown-fingerprint``, ``unknown-schema-id``, ``bad-body``, ``wrong-record``) and the
+    message says what was wrong in words; DLQ records carry both.
+    """
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(f"{reason}: {message}")
+        self.reason = reason
+
+
+class EncodeError(ArgusError, ValueError):
+    """A record does not match its schema; the message names the record and the field."""
+
+
+class SchemaNotFound(ArgusError, KeyError):
+    """No schema of that name ships with argus."""
