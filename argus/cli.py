@@ -42,8 +42,13 @@ class LazyGroup(click.Group):
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="argus")
-@click.option("--config", "config_path", type=click.Path(dir_okay=False), envvar="ARGUS_CONFIG",
-              help="TOML settings file (default: ./argus.toml if present). Env ARGUS_* overrides it.")
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False),
+    envvar="ARGUS_CONFIG",
+    help="TOML settings file (default: ./argus.toml if present). Env ARGUS_* overrides it.",
+)
 @click.pass_context
 def cli(ctx: click.Context, config_path: str | None) -> None:
     """argus-trace: always-on fail-slow diagnosis for large LLM training jobs.

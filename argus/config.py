@@ -159,7 +159,9 @@ def load_settings(
         "kafka_port": _int(kafka.get("port", 19092), "kafka.port"),
         "controller_port": _int(kafka.get("controller_port", 19093), "kafka.controller_port"),
         "schema_registry_url": str(kafka.get("schema_registry_url", "") or ""),
-        "client_config": MappingProxyType({str(k).replace("_", "."): str(v) for k, v in client.items()}),
+        "client_config": MappingProxyType(
+            {str(k).replace("_", "."): str(v) for k, v in client.items()}
+        ),
         "topic_prefix": str(topics.get("prefix", "argus")),
         "sections": MappingProxyType(tree),
     }

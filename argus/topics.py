@@ -35,26 +35,63 @@ class TopicSpec:
 
 
 TOPICS: tuple[TopicSpec, ...] = (
-    TopicSpec("raw.steps", "step_record", 8, 7 * _DAY_MS,
-              doc="one record per rank per step; key job/rank"),
-    TopicSpec("raw.kernels", "kernel_batch", 8, 6 * _HOUR_MS,
-              doc="columnar kernel events per rank per window; high volume, short retention"),
-    TopicSpec("raw.stacks", "stack_batch", 4, 2 * _DAY_MS,
-              doc="py-spy collapsed stacks per process per window"),
-    TopicSpec("summary.kernels", "kernel_summary", 8, 30 * _DAY_MS,
-              doc="KDE cluster summaries per rank per window; input of L3 and replay"),
-    TopicSpec("summary.stacks", "stack_summary", 4, 30 * _DAY_MS,
-              doc="aggregated stacks per rank per window; L5 drill-down"),
-    TopicSpec("anomalies", "anomaly", 4, 90 * _DAY_MS,
-              doc="detector findings; key job/group_kind/group_id"),
-    TopicSpec("alerts", "alert", 1, 90 * _DAY_MS,
-              doc="funnel verdicts, trigger/resolve; key = dedup key"),
-    TopicSpec("control", "control_command", 1, -1, compact=True,
-              doc="runtime commands to collectors; key job/target/channel"),
-    TopicSpec("jobs", "job_topology", 1, -1, compact=True,
-              doc="job layouts; key job or job/rank"),
-    TopicSpec("dlq", "dlq_record", 1, 30 * _DAY_MS,
-              doc="records a worker could not process, with the reason and original bytes"),
+    TopicSpec(
+        "raw.steps", "step_record", 8, 7 * _DAY_MS, doc="one record per rank per step; key job/rank"
+    ),
+    TopicSpec(
+        "raw.kernels",
+        "kernel_batch",
+        8,
+        6 * _HOUR_MS,
+        doc="columnar kernel events per rank per window; high volume, short retention",
+    ),
+    TopicSpec(
+        "raw.stacks",
+        "stack_batch",
+        4,
+        2 * _DAY_MS,
+        doc="py-spy collapsed stacks per process per window",
+    ),
+    TopicSpec(
+        "summary.kernels",
+        "kernel_summary",
+        8,
+        30 * _DAY_MS,
+        doc="KDE cluster summaries per rank per window; input of L3 and replay",
+    ),
+    TopicSpec(
+        "summary.stacks",
+        "stack_summary",
+        4,
+        30 * _DAY_MS,
+        doc="aggregated stacks per rank per window; L5 drill-down",
+    ),
+    TopicSpec(
+        "anomalies",
+        "anomaly",
+        4,
+        90 * _DAY_MS,
+        doc="detector findings; key job/group_kind/group_id",
+    ),
+    TopicSpec(
+        "alerts", "alert", 1, 90 * _DAY_MS, doc="funnel verdicts, trigger/resolve; key = dedup key"
+    ),
+    TopicSpec(
+        "control",
+        "control_command",
+        1,
+        -1,
+        compact=True,
+        doc="runtime commands to collectors; key job/target/channel",
+    ),
+    TopicSpec("jobs", "job_topology", 1, -1, compact=True, doc="job layouts; key job or job/rank"),
+    TopicSpec(
+        "dlq",
+        "dlq_record",
+        1,
+        30 * _DAY_MS,
+        doc="records a worker could not process, with the reason and original bytes",
+    ),
 )
 
 

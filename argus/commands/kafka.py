@@ -16,7 +16,9 @@ def kafka() -> None:
 
 
 @kafka.command()
-@click.option("--timeout", "timeout_s", default=90.0, show_default=True, help="seconds to wait for the broker")
+@click.option(
+    "--timeout", "timeout_s", default=90.0, show_default=True, help="seconds to wait for the broker"
+)
 @click.pass_context
 def up(ctx: click.Context, timeout_s: float) -> None:
     """Start the broker (idempotent) and wait until it answers."""
@@ -26,12 +28,18 @@ def up(ctx: click.Context, timeout_s: float) -> None:
     broker = LocalBroker(s)
     if not s.local_broker:
         st = broker.status()
-        click.echo(f"using existing cluster {s.bootstrap} ({'reachable' if st.running else 'NOT reachable'})")
+        click.echo(
+            f"using existing cluster {s.bootstrap} ({'reachable' if st.running else 'NOT reachable'})"
+        )
         return
     if not (broker.libs / ".complete").exists():
-        click.echo(f"resolving Apache Kafka {broker.version} jars with Maven into {broker.libs} (once) ...")
+        click.echo(
+            f"resolving Apache Kafka {broker.version} jars with Maven into {broker.libs} (once) ..."
+        )
     st = broker.up(timeout_s=timeout_s)
-    click.echo(f"kafka {broker.version} up: pid {st.pid}, bootstrap {st.bootstrap}, logs {broker.logs}")
+    click.echo(
+        f"kafka {broker.version} up: pid {st.pid}, bootstrap {st.bootstrap}, logs {broker.logs}"
+    )
 
 
 @kafka.command()
@@ -93,5 +101,7 @@ def topics_list(ctx: click.Context) -> None:
     s = settings_from(ctx)
     for name, spec in topic_specs(s.topic_prefix).items():
         ret = "forever" if spec.retention_ms < 0 else f"{spec.retention_ms / 3_600_000:g} h"
-        click.echo(f"{name:28s} {spec.record:16s} p={spec.partitions:<3d} retention={ret:8s}"
-                   f"{' compact' if spec.compact else ''}  {spec.doc}")
+        click.echo(
+            f"{name:28s} {spec.record:16s} p={spec.partitions:<3d} retention={ret:8s}"
+            f"{' compact' if spec.compact else ''}  {spec.doc}"
+        )

@@ -41,9 +41,14 @@ def create_topics(
     existing = set(admin.list_topics(timeout=timeout_s).topics)
     result = {n: "exists" for n in wanted if n in existing}
     new = [
-        NewTopic(n, num_partitions=partitions or s.partitions, replication_factor=replication,
-                 config=s.config())
-        for n, s in wanted.items() if n not in existing
+        NewTopic(
+            n,
+            num_partitions=partitions or s.partitions,
+            replication_factor=replication,
+            config=s.config(),
+        )
+        for n, s in wanted.items()
+        if n not in existing
     ]
     if new:
         for name, fut in admin.create_topics(new, operation_timeout=timeout_s).items():

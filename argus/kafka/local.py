@@ -79,8 +79,13 @@ class LocalBroker:
         (build / "pom.xml").write_text(pom.replace("@KAFKA_VERSION@", self.version))
         tmp = self.libs.parent / "libs.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
-        cmd = [mvn, "-B", "dependency:copy-dependencies", f"-DoutputDirectory={tmp}",
-               "-DincludeScope=runtime"]
+        cmd = [
+            mvn,
+            "-B",
+            "dependency:copy-dependencies",
+            f"-DoutputDirectory={tmp}",
+            "-DincludeScope=runtime",
+        ]
         if quiet:
             cmd.insert(1, "-q")
         proc = subprocess.run(cmd, cwd=build, capture_output=True, text=True, check=False)
@@ -101,34 +106,38 @@ class LocalBroker:
             return str(Path(home) / "bin" / "java")
         java = shutil.which("java")
         if java is None:
-            raise BrokerError("java is not on PATH; Kafka 4 needs Java 17+ (apt-get install openjdk-17-jre-headless)")
+            raise BrokerError(
+                "java is not on PATH; Kafka 4 needs Java 17+ (apt-get install openjdk-17-jre-headless)"
+            )
         return java
 
     def _write_props(self) -> None:
         s = self.settings
         self.home.mkdir(parents=True, exist_ok=True)
         self.props.write_text(
-            "\n".join([
-                "# written by `argus kafka up`; edit argus settings, not this file",
-                "process.roles=broker,controller",
-                "node.id=1",
-                f"controller.quorum.voters=1@127.0.0.1:{s.controller_port}",
-                f"listeners=PLAINTEXT://127.0.0.1:{s.kafka_port},CONTROLLER://127.0.0.1:{s.controller_port}",
-                f"advertised.listeners=PLAINTEXT://127.0.0.1:{s.kafka_port}",
-                "controller.listener.names=CONTROLLER",
-                "inter.broker.listener.name=PLAINTEXT",
-                "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
-                f"log.dirs={self.data}",
-                "num.partitions=1",
-                "offsets.topic.replication.factor=1",
-                "offsets.topic.num.partitions=8",
-                "transaction.state.log.replication.factor=1",
-                "transaction.state.log.min.isr=1",
-                "group.initial.rebalance.delay.ms=0",
-                "auto.create.topics.enable=true",
-                "log.retention.check.interval.ms=60000",
-                "",
-            ])
+            "\n".join(
+                [
+                    "# written by `argus kafka up`; edit argus settings, not this file",
+                    "process.roles=broker,controller",
+                    "node.id=1",
+                    f"controller.quorum.voters=1@127.0.0.1:{s.controller_port}",
+                    f"listeners=PLAINTEXT://127.0.0.1:{s.kafka_port},CONTROLLER://127.0.0.1:{s.controller_port}",
+                    f"advertised.listeners=PLAINTEXT://127.0.0.1:{s.kafka_port}",
+                    "controller.listener.names=CONTROLLER",
+                    "inter.broker.listener.name=PLAINTEXT",
+                    "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+                    f"log.dirs={self.data}",
+                    "num.partitions=1",
+                    "offsets.topic.replication.factor=1",
+                    "offsets.topic.num.partitions=8",
+                    "transaction.state.log.replication.factor=1",
+                    "transaction.state.log.min.isr=1",
+                    "group.initial.rebalance.delay.ms=0",
+                    "auto.create.topics.enable=true",
+                    "log.retention.check.interval.ms=60000",
+                    "",
+                ]
+            )
         )
 
     def _pid(self) -> int | None:
@@ -149,7 +158,9 @@ class LocalBroker:
         if not s.local_broker:
             host, _, port = s.bootstrap.split(",")[0].rpartition(":")
             up = _port_open(host or "127.0.0.1", int(port or 9092))
-            return BrokerStatus(up, None, s.bootstrap, False, "existing cluster (ARGUS_KAFKA_BOOTSTRAP)")
+            return BrokerStatus(
+                up, None, s.bootstrap, False, "existing cluster (ARGUS_KAFKA_BOOTSTRAP)"
+            )
         pid = self._pid()
         up = pid is not None and _port_open("127.0.0.1", s.kafka_port)
         return BrokerStatus(up, pid, s.bootstrap_servers, True, f"Apache Kafka {self.version}")
@@ -180,18 +191,42 @@ class LocalBroker:
             shutil.rmtree(self.data, ignore_errors=True)
             cluster_id = _cluster_id()
             fmt = subprocess.run(
-                [java, *log_opts, "-cp", cp, "kafka.tools.StorageTool", "format",
-                 "-t", cluster_id, "-c", str(self.props)],
-                capture_output=True, text=True, check=False,
+                [
+                    java,
+                    *log_opts,
+                    "-cp",
+                    cp,
+                    "kafka.tools.StorageTool",
+                    "format",
+                    "-t",
+                    cluster_id,
+                    "-c",
+                    str(self.props),
+                ],
+                capture_output=True,
+                text=True,
+                check=False,
             )
             if fmt.returncode != 0:
                 raise BrokerError(f"formatting KRaft storage failed:\n{fmt.stdout}{fmt.stderr}")
         heap = os.environ.get("ARGUS_KAFKA_HEAP", "768m")
         with open(self.logs / "stdout.log", "ab") as out:
             proc = subprocess.Popen(
-                [java, f"-Xmx{heap}", f"-Xms{heap}", "-XX:+UseG1GC", "-Djava.awt.headless=true",
-                 *log_opts, "-cp", cp, "kafka.Kafka", str(self.props)],
-                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                [
+                    java,
+                    f"-Xmx{heap}",
+                    f"-Xms{heap}",
+                    "-XX:+UseG1GC",
+                    "-Djava.awt.headless=true",
+                    *log_opts,
+                    "-cp",
+                    cp,
+                    "kafka.Kafka",
+                    str(self.props),
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
                 start_new_session=True,  # survives the CLI; `down` stops it
             )
         self.pid_file.write_text(f"{proc.pid}\n")

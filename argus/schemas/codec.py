@@ -227,6 +227,8 @@ class Codec:
         full = f"{raw.get('namespace')}.{raw.get('name')}"
         s2 = self._by_full.get(full)
         if s2 is None:
-            raise DecodeError("unknown-schema-id", f"schema id {sid} is {full}, not an argus record")
+            raise DecodeError(
+                "unknown-schema-id", f"schema id {sid} is {full}, not an argus record"
+            )
         self._schema_of_id[sid] = s2
         return s2
