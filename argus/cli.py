@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     from argus.schemas.errors import ArgusError
 
     try:
-        cli.main(args=argv, prog_name="argus", standalone_mode=False)
+        rv = cli.main(args=argv, prog_name="argus", standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         return 130
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     except ArgusError as exc:
         click.secho(f"error: {exc}", fg="red", err=True)
         return 1
-    return 0
+    return rv if isinstance(rv, int) else 0
 
 
 if __name__ == "__main__":
