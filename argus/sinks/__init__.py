@@ -1,0 +1,1 @@
+"""argus.sinks: workers that deliver argus records to outside systems (PagerDuty, ...)."""

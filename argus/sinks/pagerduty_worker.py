@@ -1,0 +1,626 @@
+"""``argus worker pagerduty``: deliver ``argus.alerts`` to PagerDuty Events API v2.
+
+The thin shell around :mod:`argus.detectors.pagerduty`:
+
+* consumes the alerts topic with a confluent-kafka consumer (auto-commit off);
+* decodes each value as an ``alert`` record, builds the v2 body (trigger / resolve with the
+  alert's dedup key), waits for the per-routing-key rate limit (~120 events/min), POSTs it;
+* commits the offset only after PagerDuty accepted it (2xx) or after the record went to the
+  DLQ (400/413/422, undecodable or invalid alerts), so a restart loses nothing: Kafka is the
+  retry queue and nothing lives only in memory;
+* retries 429, 5xx and network errors with exponential backoff, pausing its partitions while
+  it waits so it stays in the consumer group;
+* reads the routing key from ``ARGUS_PAGERDUTY_ROUTING_KEY`` or the file named by
+  ``ARGUS_PAGERDUTY_ROUTING_KEY_FILE`` and never logs it.
+
+Settings (``[pagerduty]`` in argus.toml, or ``ARGUS_PAGERDUTY__<KEY>``):
+
+=======================  =============================================  ===================
+key                      meaning                                        default
+=======================  =============================================  ===================
+events_url               Events API v2 endpoint                         PagerDuty's enqueue
+routing_key_file         file holding the routing key (a k8s Secret)    none
+group_id                 consumer group                                 ``<prefix>.pagerduty``
+rate_limit_events        sends allowed per window per routing key       120
+rate_limit_window_s      rolling window, seconds                        60
+request_timeout_s        one HTTP request, seconds                      10
+initial_backoff_s        first wait after 5xx / network error, s        1
+rate_limited_backoff_s   first wait after 429, seconds                  30
+max_backoff_s            cap of one wait, seconds                       300
+backoff_multiplier       growth per attempt                             2
+jitter                   random fraction of each wait                   0.2
+max_attempts             dead-letter after this many failures           0 (never)
+severity_map             table argus severity -> PagerDuty severity     identity
+min_severity             triggers below this are not sent               info
+source                   ``payload.source``                             ``argus/<job>``
+client_url               link shown in the incident                     none
+=======================  =============================================  ===================
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+
+from argus.config import ConfigError, Settings
+from argus.detectors.pagerduty import (
+    DEFAULT_EVENTS_URL,
+    PAGERDUTY_SEVERITIES,
+    Disposition,
+    PagerDutyEventError,
+    RateLimiter,
+    RetryPolicy,
+    build_event,
+    encode_event,
+    map_severity,
+    redact,
+)
+from argus.schemas.codec import Codec
+from argus.schemas.errors import DecodeError
+from argus.topics import topic_name
+
+__all__ = [
+    "HttpResult",
+    "PagerDutyConfig",
+    "PagerDutyStats",
+    "RoutingKey",
+    "post_json",
+    "run_pagerduty_sink",
+]
+
+log = logging.getLogger("argus.sinks.pagerduty")
+
+ROUTING_KEY_ENV = "ARGUS_PAGERDUTY_ROUTING_KEY"
+ROUTING_KEY_FILE_ENV = "ARGUS_PAGERDUTY_ROUTING_KEY_FILE"
+WORKER_NAME = "pagerduty"
+
+
+class RoutingKey:
+    """The PagerDuty integration key; prints as ``***`` so it cannot reach a log by accident."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        """The key itself, for the request body only."""
+        return self._value
+
+    def __repr__(self) -> str:
+        return "RoutingKey('***')"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RoutingKey) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash(self._value)
+
+
+def _read_routing_key(section: Mapping[str, Any], env: Mapping[str, str]) -> RoutingKey:
+    value = env.get(ROUTING_KEY_ENV, "").strip()
+    if value:
+        return RoutingKey(value)
+    path = env.get(ROUTING_KEY_FILE_ENV) or section.get("routing_key_file")
+    if path:
+        p = Path(str(path))
+        try:
+            value = p.read_text().strip()
+        except OSError as exc:
+            raise ConfigError(
+                f"PagerDuty routing key file {p} cannot be read: {exc.strerror}"
+            ) from None
+        if not value:
+            raise ConfigError(f"PagerDuty routing key file {p} is empty")
+        return RoutingKey(value)
+    raise ConfigError(
+        f"no PagerDuty routing key: set {ROUTING_KEY_ENV} or {ROUTING_KEY_FILE_ENV} "
+        "(or pagerduty.routing_key_file)"
+    )
+
+
+def _num(section: Mapping[str, Any], key: str, default: float, *, integer: bool = False) -> Any:
+    raw = section.get(key, default)
+    try:
+        return int(raw) if integer else float(raw)
+    except (TypeError, ValueError):
+        kind = "an integer" if integer else "a number"
+        raise ConfigError(f"pagerduty.{key} must be {kind}, got {raw!r}") from None
+
+
+@dataclass(frozen=True, kw_only=True)
+class PagerDutyConfig:
+    """Frozen settings of the PagerDuty sink; build with :meth:`from_settings`."""
+
+    routing_key: RoutingKey
+    events_url: str = DEFAULT_EVENTS_URL
+    group_id: str = "argus.pagerduty"
+    rate_limit_events: int = 120
+    rate_limit_window_s: float = 60.0
+    request_timeout_s: float = 10.0
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    severity_map: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    min_severity: str = "info"
+    source: str | None = None
+    client_url: str | None = None
+    poll_timeout_s: float = 0.5
+
+    @classmethod
+    def from_settings(
+        cls, settings: Settings, env: Mapping[str, str] | None = None, **overrides: Any
+    ) -> PagerDutyConfig:
+        """Read ``[pagerduty]`` and the routing-key environment; ``overrides`` win.
+
+        Raises
+        ------
+        ConfigError
+            No routing key, an unreadable key file, a non-numeric value, an unknown
+            severity, or an events URL that is not http(s).
+        """
+        env = os.environ if env is None else env
+        sec = settings.section("pagerduty")
+        max_attempts = _num(sec, "max_attempts", 0, integer=True)
+        try:
+            retry = RetryPolicy(
+                initial_backoff_s=_num(sec, "initial_backoff_s", 1.0),
+                rate_limited_backoff_s=_num(sec, "rate_limited_backoff_s", 30.0),
+                max_backoff_s=_num(sec, "max_backoff_s", 300.0),
+                multiplier=_num(sec, "backoff_multiplier", 2.0),
+                jitter=_num(sec, "jitter", 0.2),
+                max_attempts=max_attempts if max_attempts > 0 else None,
+            )
+        except ValueError as exc:
+            raise ConfigError(f"pagerduty retry settings: {exc}") from None
+        sev_map = sec.get("severity_map", {}) or {}
+        if not isinstance(sev_map, Mapping):
+            raise ConfigError("pagerduty.severity_map must be a table severity -> severity")
+        kw: dict[str, Any] = {
+            "routing_key": overrides.pop("routing_key", None) or _read_routing_key(sec, env),
+            "events_url": str(sec.get("events_url", DEFAULT_EVENTS_URL)),
+            "group_id": str(sec.get("group_id", f"{settings.topic_prefix}.pagerduty")),
+            "rate_limit_events": _num(sec, "rate_limit_events", 120, integer=True),
+            "rate_limit_window_s": _num(sec, "rate_limit_window_s", 60.0),
+            "request_timeout_s": _num(sec, "request_timeout_s", 10.0),
+            "retry": retry,
+            "severity_map": MappingProxyType({str(k): str(v) for k, v in sev_map.items()}),
+            "min_severity": str(sec.get("min_severity", "info")),
+            "source": sec.get("source") or None,
+            "client_url": sec.get("client_url") or None,
+            "poll_timeout_s": _num(sec, "poll_timeout_s", 0.5),
+        }
+        kw.update(overrides)
+        cfg = cls(**kw)
+        cfg.validate()
+        return cfg
+
+    def validate(self) -> None:
+        """Raise :class:`ConfigError` naming the first bad value."""
+        if not self.events_url.startswith(("http://", "https://")):
+            raise ConfigError(f"pagerduty.events_url must be http(s), got {self.events_url!r}")
+        if self.rate_limit_events < 1 or not self.rate_limit_window_s > 0:
+            raise ConfigError(
+                "pagerduty.rate_limit_events must be >= 1 and rate_limit_window_s > 0"
+            )
+        if self.min_severity not in PAGERDUTY_SEVERITIES:
+            raise ConfigError(
+                f"pagerduty.min_severity {self.min_severity!r} is not one of {PAGERDUTY_SEVERITIES}"
+            )
+        for sev in PAGERDUTY_SEVERITIES:
+            try:
+                map_severity(sev, self.severity_map)
+            except PagerDutyEventError as exc:
+                raise ConfigError(f"pagerduty.severity_map: {exc}") from None
+        unknown = set(self.severity_map) - set(PAGERDUTY_SEVERITIES)
+        if unknown:
+            raise ConfigError(f"pagerduty.severity_map has unknown severities {sorted(unknown)}")
+        if not self.routing_key.reveal():
+            raise ConfigError("the PagerDuty routing key is empty")
+
+
+@dataclass
+class PagerDutyStats:
+    """Counters of one sink run (also exported to Prometheus when a registry is given)."""
+
+    consumed: int = 0
+    accepted: int = 0
+    triggers: int = 0
+    resolves: int = 0
+    filtered: int = 0
+    dead_lettered: int = 0
+    retries: int = 0
+    rate_limited_429: int = 0
+    server_errors: int = 0
+    network_errors: int = 0
+    rate_limit_wait_s: float = 0.0
+    abandoned: int = 0  # in flight when stopped or revoked; not committed, redelivered later
+
+
+@dataclass(frozen=True)
+class HttpResult:
+    """One POST's outcome. ``status`` is None when no response came (timeout, refused)."""
+
+    status: int | None
+    body: str
+    retry_after_s: float | None = None
+    error: str = ""
+
+
+PostFn = Callable[[str, bytes, float], HttpResult]
+
+
+def _retry_after(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return None  # an HTTP date; the backoff schedule applies
+
+
+def post_json(url: str, body: bytes, timeout_s: float) -> HttpResult:
+    """POST a JSON body with urllib; never raises for HTTP or network errors."""
+    req = urllib.request.Request(
+        url,
+        data=body,
+        method="POST",
+        headers={
+            "Content-Type": "application/json",
+            "Accept": "application/json",
+            "User-Agent": "argus-trace",
+        },
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+            return HttpResult(resp.status, resp.read(65536).decode("utf-8", "replace"))
+    except urllib.error.HTTPError as exc:
+        text = exc.read(65536).decode("utf-8", "replace") if exc.fp is not None else ""
+        return HttpResult(exc.code, text, _retry_after(exc.headers.get("Retry-After")))
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        return HttpResult(None, "", None, f"{type(exc).__name__}: {reason}")
+
+
+class _Sink:
+    """State of one running sink; see :func:`run_pagerduty_sink`."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        cfg: PagerDutyConfig,
+        *,
+        stop: threading.Event,
+        post: PostFn,
+        stats: PagerDutyStats,
+        metrics: _Metrics | None,
+        clock: Callable[[], float],
+    ) -> None:
+        self.cfg = cfg
+        self.stop = stop
+        self.post = post
+        self.stats = stats
+        self.metrics = metrics
+        self.clock = clock
+        self.codec = Codec(registry_url=settings.schema_registry_url or None)
+        self.topic = topic_name("alerts", settings.topic_prefix)
+        self.dlq_topic = topic_name("dlq", settings.topic_prefix)
+        self.limiter = RateLimiter(cfg.rate_limit_events, cfg.rate_limit_window_s)
+        self.revoked: set[tuple[str, int]] = set()
+        self.key = cfg.routing_key.reveal()
+        self.min_rank = PAGERDUTY_SEVERITIES.index(cfg.min_severity)
+        self.consumer = Consumer(
+            settings.kafka_config(
+                **{
+                    "group.id": cfg.group_id,
+                    "enable.auto.commit": False,
+                    "enable.auto.offset.store": False,
+                    "auto.offset.reset": "earliest",
+                    "client.id": f"argus-{WORKER_NAME}",
+                }
+            )
+        )
+        self.producer = Producer(
+            settings.kafka_config(**{"acks": "all", "client.id": f"argus-{WORKER_NAME}-dlq"})
+        )
+
+    # -- Kafka --------------------------------------------------------------------------------
+    def _on_assign(self, consumer: Consumer, parts: list[TopicPartition]) -> None:
+        for p in parts:
+            self.revoked.discard((p.topic, p.partition))
+        log.info("assigned %s", ", ".join(f"{p.topic}[{p.partition}]" for p in parts))
+
+    def _on_revoke(self, consumer: Consumer, parts: list[TopicPartition]) -> None:
+        self.revoked.update((p.topic, p.partition) for p in parts)
+
+    def run(self, max_messages: int | None) -> None:
+        self.consumer.subscribe([self.topic], on_assign=self._on_assign, on_revoke=self._on_revoke)
+        log.info(
+            "pagerduty sink: %s -> %s (group %s, %d events / %g s per key)",
+            self.topic,
+            self.cfg.events_url,
+            self.cfg.group_id,
+            self.cfg.rate_limit_events,
+            self.cfg.rate_limit_window_s,
+        )
+        done = 0
+        try:
+            while not self.stop.is_set():
+                if max_messages is not None and done >= max_messages:
+                    break
+                msg = self.consumer.poll(self.cfg.poll_timeout_s)
+                if msg is None:
+                    continue
+                err = msg.error()
+                if err is not None:
+                    if err.fatal():
+                        raise RuntimeError(f"fatal consumer error: {err}")
+                    if err.code() != KafkaError._PARTITION_EOF:
+                        log.warning("consumer error: %s", err)
+                    continue
+                self.stats.consumed += 1
+                if self.handle(msg):
+                    self._commit(msg)
+                    done += 1
+                else:
+                    self.stats.abandoned += 1
+        finally:
+            self.consumer.close()
+            self.producer.flush(10.0)
+
+    def _commit(self, msg: Message) -> None:
+        try:
+            self.consumer.commit(message=msg, asynchronous=False)
+        except Exception as exc:  # a rebalance in between; PagerDuty dedups the redelivery
+            log.warning(
+                "commit of %s failed (will be redelivered; dedup_key makes it idempotent): %s",
+                _where(msg),
+                exc,
+            )
+
+    def wait(self, delay_s: float, msg: Message) -> bool:
+        """Sleep ``delay_s`` with the assignment paused, serving the group; False: give up."""
+        if delay_s <= 0:
+            return not self.stop.is_set()
+        where = (msg.topic(), msg.partition())
+        assignment = self.consumer.assignment()
+        if assignment:
+            self.consumer.pause(assignment)
+        deadline = self.clock() + delay_s
+        try:
+            while True:
+                if self.stop.is_set() or where in self.revoked:
+                    return False
+                remaining = deadline - self.clock()
+                if remaining <= 0:
+                    return True
+                got = self.consumer.poll(min(remaining, 0.25))
+                if got is not None and got.error() is None:
+                    # fetched before the pause took effect: put it back for later
+                    t, part, off = got.topic(), got.partition(), got.offset()
+                    if t is not None and part is not None and off is not None:
+                        self.consumer.seek(TopicPartition(t, part, off))
+        finally:
+            assignment = self.consumer.assignment()
+            if assignment:
+                self.consumer.resume(assignment)
+
+    # -- one record -----------------------------------------------------------------------------
+    def handle(self, msg: Message) -> bool:
+        """Deliver one record. True: finished (commit it); False: stopped or revoked."""
+        try:
+            alert = self.codec.decode_as("alert", msg.value())
+        except DecodeError as exc:
+            return self.dead_letter(msg, f"decode-{exc.reason}", str(exc))
+        if alert["action"] == "trigger":
+            try:
+                sev = PAGERDUTY_SEVERITIES.index(alert["severity"])
+            except ValueError:
+                sev = 0
+            if sev > self.min_rank:
+                self.stats.filtered += 1
+                return True
+        try:
+            event = build_event(
+                alert,
+                routing_key=self.key,
+                severity_map=self.cfg.severity_map,
+                source=self.cfg.source,
+                client_url=self.cfg.client_url,
+            )
+        except PagerDutyEventError as exc:
+            return self.dead_letter(msg, f"invalid-{exc.reason}", redact(str(exc), self.key))
+        body = encode_event(event)
+        dedup = event["dedup_key"]
+        action = event["event_action"]
+        attempt = 0
+        while True:
+            while (delay := self.limiter.delay_s(self.key, self.clock())) > 0:
+                self.stats.rate_limit_wait_s += delay
+                log.info("rate limit: waiting %.1f s before %s %s", delay, action, dedup)
+                if not self.wait(delay, msg):
+                    return False
+            if self.stop.is_set():
+                return False
+            self.limiter.record(self.key, self.clock())
+            res = self.post(self.cfg.events_url, body, self.cfg.request_timeout_s)
+            disposition = RetryPolicy.classify(res.status)
+            self._count(action, res, disposition)
+            if disposition is Disposition.ACCEPTED:
+                self.stats.accepted += 1
+                if action == "trigger":
+                    self.stats.triggers += 1
+                else:
+                    self.stats.resolves += 1
+                log.info("%s %s accepted (%s) from %s", action, dedup, res.status, _where(msg))
+                return True
+            text = redact(res.body or res.error, self.key)[:2000]
+            if disposition is Disposition.REJECT:
+                log.error("PagerDuty rejected %s %s with %s: %s", action, dedup, res.status, text)
+                return self.dead_letter(msg, f"pagerduty-{res.status}", text)
+            attempt += 1
+            if self.cfg.retry.gives_up(attempt):
+                return self.dead_letter(
+                    msg, "pagerduty-gave-up", f"{attempt} failed sends, last {res.status}: {text}"
+                )
+            self.stats.retries += 1
+            wait_s = self.cfg.retry.backoff_s(
+                attempt, status=res.status, retry_after_s=res.retry_after_s, u=random.random()
+            )
+            log.warning(
+                "%s %s: %s; retry %d in %.1f s",
+                action,
+                dedup,
+                res.status if res.status is not None else text,
+                attempt,
+                wait_s,
+            )
+            if not self.wait(wait_s, msg):
+                return False
+
+    def _count(self, action: str, res: HttpResult, disposition: Disposition) -> None:
+        if res.status == 429:
+            self.stats.rate_limited_429 += 1
+        elif res.status is None:
+            self.stats.network_errors += 1
+        elif res.status >= 500:
+            self.stats.server_errors += 1
+        if self.metrics is not None:
+            self.metrics.requests.labels(action, str(res.status or "none")).inc()
+
+    def dead_letter(self, msg: Message, error_type: str, reason: str) -> bool:
+        """Write ``msg`` to the DLQ and wait for the broker; True once it is there."""
+        value = self.codec.encode(
+            "dlq_record",
+            {
+                "source_topic": msg.topic() or self.topic,
+                "partition": msg.partition() if msg.partition() is not None else -1,
+                "offset": msg.offset() if msg.offset() is not None else -1,
+                "key": msg.key(),
+                "value": msg.value() or b"",
+                "error_type": error_type,
+                "reason": reason,
+                "worker": WORKER_NAME,
+                "failed_ns": time.time_ns(),
+            },
+        )
+        attempt = 0
+        while True:
+            errors: list[Any] = []
+
+            def delivered(err: Any, _msg: Any, out: list[Any] = errors) -> None:
+                out.append(err)
+
+            self.producer.produce(self.dlq_topic, value=value, key=msg.key(), on_delivery=delivered)
+            self.producer.flush(10.0)
+            if errors and errors[0] is None:
+                self.stats.dead_lettered += 1
+                if self.metrics is not None:
+                    self.metrics.dead_lettered.labels(error_type).inc()
+                log.error("dead-lettered %s (%s): %s", _where(msg), error_type, reason[:300])
+                return True
+            attempt += 1
+            log.error(
+                "cannot write %s to %s (%s); retrying",
+                _where(msg),
+                self.dlq_topic,
+                errors[0] if errors else "delivery timed out",
+            )
+            if not self.wait(min(30.0, 0.5 * 2**attempt), msg):
+                return False
+
+
+def _where(msg: Message) -> str:
+    return f"{msg.topic()}[{msg.partition()}]@{msg.offset()}"
+
+
+class _Metrics:
+    def __init__(self, registry: Any) -> None:
+        from prometheus_client import Counter
+
+        self.requests = Counter(
+            "argus_pagerduty_requests",
+            "PagerDuty Events API calls by action and HTTP status",
+            ["action", "status"],
+            registry=registry,
+        )
+        self.dead_lettered = Counter(
+            "argus_pagerduty_dead_lettered",
+            "alerts sent to the DLQ by the PagerDuty sink",
+            ["error_type"],
+            registry=registry,
+        )
+
+
+def run_pagerduty_sink(
+    settings: Settings,
+    *,
+    stop_event: threading.Event | None = None,
+    config: PagerDutyConfig | None = None,
+    env: Mapping[str, str] | None = None,
+    post: PostFn = post_json,
+    stats: PagerDutyStats | None = None,
+    metrics_registry: Any = None,
+    max_messages: int | None = None,
+) -> PagerDutyStats:
+    """Consume ``<prefix>.alerts`` and deliver each alert to PagerDuty until stopped.
+
+    Parameters
+    ----------
+    settings : Settings
+        Cluster, topic prefix, schema registry and the ``[pagerduty]`` section.
+    stop_event : threading.Event, optional
+        Set it (e.g. from a SIGTERM handler) to stop; an alert in flight is not committed
+        and is redelivered on restart.
+    config : PagerDutyConfig, optional
+        Ready-made config; default :meth:`PagerDutyConfig.from_settings` (settings + env).
+    env : mapping, optional
+        Environment for the routing key (default ``os.environ``).
+    post : callable, optional
+        ``post(url, body, timeout_s) -> HttpResult``; default urllib (:func:`post_json`).
+    stats : PagerDutyStats, optional
+        Counters to update in place (read them from another thread for metrics).
+    metrics_registry : prometheus_client.CollectorRegistry, optional
+        When given, ``argus_pagerduty_requests_total{action,status}`` and
+        ``argus_pagerduty_dead_lettered_total{error_type}`` are registered on it.
+    max_messages : int, optional
+        Return after this many records were finished (accepted, filtered or dead-lettered).
+
+    Returns
+    -------
+    PagerDutyStats
+        The counters (the same object as ``stats`` when given).
+
+    Raises
+    ------
+    ConfigError
+        Missing routing key or bad ``[pagerduty]`` settings (before anything is consumed).
+    RuntimeError
+        A fatal Kafka client error.
+    """
+    cfg = config or PagerDutyConfig.from_settings(settings, env)
+    stats = stats if stats is not None else PagerDutyStats()
+    metrics = _Metrics(metrics_registry) if metrics_registry is not None else None
+    sink = _Sink(
+        settings,
+        cfg,
+        stop=stop_event or threading.Event(),
+        post=post,
+        stats=stats,
+        metrics=metrics,
+        clock=time.monotonic,
+    )
+    sink.run(max_messages)
+    return stats

@@ -1,0 +1,435 @@
+"""The PagerDuty sink against the real broker and a local Events API v2 server.
+
+The server (``http.server`` on 127.0.0.1) checks every body against the v2 format the way
+PagerDuty documents it and answers 202, or whatever a test scripted for a dedup key
+(429, 500, 503, 400).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from argus.config import ConfigError, Settings, load_settings
+from argus.schemas.codec import Codec
+from argus.sinks.pagerduty_worker import (
+    PagerDutyConfig,
+    PagerDutyStats,
+    RoutingKey,
+    post_json,
+    run_pagerduty_sink,
+)
+from argus.topics import topic_name
+
+KEY = "R0UTINGKEY0123456789abcdefABCDEF"
+SEVERITIES = {"critical", "error", "warning", "info"}
+PAYLOAD_FIELDS = {
+    "summary",
+    "source",
+    "severity",
+    "timestamp",
+    "component",
+    "group",
+    "class",
+    "custom_details",
+}
+
+
+def v2_errors(body: dict[str, Any]) -> list[str]:
+    """What PagerDuty's Events API v2 would reject in ``body`` (empty: valid)."""
+    errs = []
+    if not isinstance(body.get("routing_key"), str) or len(body["routing_key"]) != 32:
+        errs.append("routing_key must be a 32-character string")
+    action = body.get("event_action")
+    if action not in ("trigger", "acknowledge", "resolve"):
+        errs.append("event_action must be trigger, acknowledge or resolve")
+    dedup = body.get("dedup_key")
+    if dedup is not None and (not isinstance(dedup, str) or not 0 < len(dedup) <= 255):
+        errs.append("dedup_key must be 1..255 characters")
+    if action in ("acknowledge", "resolve") and dedup is None:
+        errs.append("dedup_key is required for acknowledge/resolve")
+    if action == "trigger":
+        p = body.get("payload")
+        if not isinstance(p, dict):
+            return [*errs, "payload is required for trigger"]
+        for f in ("summary", "source", "severity"):
+            if not isinstance(p.get(f), str) or not p.get(f):
+                errs.append(f"payload.{f} is required")
+        if len(p.get("summary", "")) > 1024:
+            errs.append("payload.summary is over 1024 characters")
+        if p.get("severity") not in SEVERITIES:
+            errs.append("payload.severity is invalid")
+        if set(p) - PAYLOAD_FIELDS:
+            errs.append(f"unknown payload fields {sorted(set(p) - PAYLOAD_FIELDS)}")
+        if "custom_details" in p and not isinstance(p["custom_details"], dict):
+            errs.append("payload.custom_details must be an object")
+        if "timestamp" in p:
+            try:
+                time.strptime(p["timestamp"], "%Y-%m-%dT%H:%M:%S.%fZ")
+            except ValueError:
+                errs.append("payload.timestamp is not ISO 8601")
+    allowed = {
+        "routing_key",
+        "event_action",
+        "dedup_key",
+        "payload",
+        "client",
+        "client_url",
+        "images",
+        "links",
+    }
+    if set(body) - allowed:
+        errs.append(f"unknown fields {sorted(set(body) - allowed)}")
+    return errs
+
+
+@dataclasses.dataclass
+class Received:
+    body: dict[str, Any]
+    status: int
+    at_s: float  # time.monotonic()
+
+
+class FakePagerDuty:
+    """Events API v2 on 127.0.0.1; ``script[dedup_key]`` lists statuses to answer first."""
+
+    def __init__(self) -> None:
+        self.script: dict[str, list[int]] = {}
+        self.always: dict[str, int] = {}
+        self.received: list[Received] = []
+        self.lock = threading.Lock()
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                try:
+                    body = json.loads(raw)
+                except ValueError:
+                    body = {}
+                errs = ["body is not JSON"] if not body else v2_errors(body)
+                if (
+                    self.path != "/v2/enqueue"
+                    or self.headers.get("Content-Type") != "application/json"
+                ):
+                    errs.append(f"bad path or content type: {self.path}")
+                dedup = str(body.get("dedup_key"))
+                with fake.lock:
+                    queued = fake.script.get(dedup)
+                    status = queued.pop(0) if queued else fake.always.get(dedup, 202)
+                    if errs:
+                        status = 400
+                    fake.received.append(Received(body, status, time.monotonic()))
+                if status == 202:
+                    reply = {"status": "success", "message": "Event processed", "dedup_key": dedup}
+                elif status == 400:
+                    reply = {
+                        "status": "invalid event",
+                        "message": "Event object is invalid",
+                        "errors": errs or ["Scripted rejection"],
+                    }
+                else:
+                    reply = {"status": "throttled" if status == 429 else "error", "message": "x"}
+                data = json.dumps(reply).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v2/enqueue"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def seen(self) -> list[tuple[str, str, int]]:
+        with self.lock:
+            return [
+                (r.body.get("event_action", ""), r.body.get("dedup_key", ""), r.status)
+                for r in self.received
+            ]
+
+
+@pytest.fixture
+def pd(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakePagerDuty]:
+    for var in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY"):
+        monkeypatch.delenv(var, raising=False)
+    fake = FakePagerDuty()
+    yield fake
+    fake.close()
+
+
+def make_alert(dedup: str, action: str = "trigger", severity: str = "error") -> dict[str, Any]:
+    return {
+        "dedup_key": dedup,
+        "action": action,
+        "severity": severity,
+        "summary": f"{dedup}: rank 3 forward slower than DP peers",
+        "job": "job1",
+        "group_kind": "dp",
+        "group_id": "s0-t0",
+        "ranks": [3],
+        "phase": "forward",
+        "kernels": [],
+        "levels": ["L2"],
+        "first_seen_ns": 1_764_432_628_000_000_000,
+        "last_seen_ns": 1_764_432_640_000_000_000,
+        "persistence": 4,
+        "confidence": 0.9,
+        "anomaly_ids": ["x1"],
+        "details": {"z": "4.2"},
+    }
+
+
+def produce(settings: Settings, topic: str, values: list[bytes]) -> None:
+    p = Producer(settings.kafka_config())
+    for v in values:
+        p.produce(topic, value=v, key=b"k")
+    assert p.flush(15) == 0
+
+
+def committed(settings: Settings, group: str, topic: str) -> int:
+    c = Consumer(settings.kafka_config(**{"group.id": group}))
+    try:
+        return int(c.committed([TopicPartition(topic, 0)], timeout=15)[0].offset)
+    finally:
+        c.close()
+
+
+def read_all(settings: Settings, topic: str, n: int, timeout_s: float = 20.0) -> list[bytes]:
+    c = Consumer(
+        settings.kafka_config(
+            **{"group.id": f"reader-{time.time_ns()}", "auto.offset.reset": "earliest"}
+        )
+    )
+    c.assign([TopicPartition(topic, 0, 0)])
+    out: list[bytes] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(out) < n and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and m.error() is None:
+                out.append(m.value() or b"")
+    finally:
+        c.close()
+    return out
+
+
+def sink_config(settings: Settings, url: str, **over: Any) -> PagerDutyConfig:
+    s = dataclasses.replace(
+        settings,
+        sections={
+            "pagerduty": {
+                "events_url": url,
+                "initial_backoff_s": 0.05,
+                "rate_limited_backoff_s": 0.2,
+                "jitter": 0,
+                "poll_timeout_s": 0.2,
+                **over,
+            }
+        },
+    )
+    return PagerDutyConfig.from_settings(s, env={"ARGUS_PAGERDUTY_ROUTING_KEY": KEY})
+
+
+def run_in_thread(
+    settings: Settings, cfg: PagerDutyConfig, **kw: Any
+) -> tuple[threading.Thread, threading.Event, PagerDutyStats, list[BaseException]]:
+    stop, stats, errors = threading.Event(), PagerDutyStats(), []
+
+    def target() -> None:
+        try:
+            run_pagerduty_sink(settings, stop_event=stop, config=cfg, stats=stats, **kw)
+        except BaseException as exc:
+            errors.append(exc)
+
+    t = threading.Thread(target=target, daemon=True)
+    t.start()
+    return t, stop, stats, errors
+
+
+def wait_for(cond: Any, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.kafka
+def test_trigger_resolve_dedup_retries_and_dlq(
+    kafka: Settings, topic_prefix: str, pd: FakePagerDuty, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    s = dataclasses.replace(kafka, topic_prefix=topic_prefix)
+    codec = Codec()
+    alerts = topic_name("alerts", topic_prefix)
+    pd.script = {"job1/B": [429, 500, 503], "job1/C": [400]}
+    produce(
+        s,
+        alerts,
+        [
+            codec.encode("alert", make_alert("job1/A")),
+            codec.encode("alert", make_alert("job1/B", severity="critical")),
+            codec.encode("alert", make_alert("job1/A", action="resolve")),
+            codec.encode("alert", make_alert("job1/C")),
+            b"\x07not an alert",
+            codec.encode("alert", make_alert("job1/D", severity="info")),  # below min_severity
+            codec.encode("alert", make_alert("job1/A", severity="warning")),  # re-opens A
+        ],
+    )
+    cfg = sink_config(s, pd.url, min_severity="warning")
+    t, stop, stats, errors = run_in_thread(s, cfg, max_messages=7)
+    t.join(90)
+    stop.set()
+    assert not t.is_alive(), f"sink did not finish; PagerDuty saw {pd.seen()}"
+    assert not errors, errors
+
+    assert pd.seen() == [
+        ("trigger", "job1/A", 202),
+        ("trigger", "job1/B", 429),
+        ("trigger", "job1/B", 500),
+        ("trigger", "job1/B", 503),
+        ("trigger", "job1/B", 202),
+        ("resolve", "job1/A", 202),
+        ("trigger", "job1/C", 400),
+        ("trigger", "job1/A", 202),
+    ]
+    for r in pd.received:
+        assert v2_errors(r.body) == [], r.body
+        assert r.body["routing_key"] == KEY
+    first = pd.received[0].body
+    assert first["payload"]["severity"] == "error"
+    assert first["payload"]["custom_details"]["funnel"] == {"z": "4.2"}
+    assert pd.received[1].body["payload"]["severity"] == "critical"
+    # backoff: 429 waits rate_limited_backoff_s, then 5xx 0.05 * 2**(n-1)
+    b = [r.at_s for r in pd.received[1:5]]
+    assert b[1] - b[0] >= 0.2 * 0.95
+    assert b[2] - b[1] >= 0.1 * 0.95 and b[3] - b[2] >= 0.2 * 0.95
+
+    assert stats.accepted == 4 and stats.triggers == 3 and stats.resolves == 1
+    assert stats.rate_limited_429 == 1 and stats.server_errors == 2 and stats.retries == 3
+    assert stats.dead_lettered == 2 and stats.filtered == 1
+
+    assert committed(s, cfg.group_id, alerts) == 7
+    dlq = [
+        codec.decode_as("dlq_record", v) for v in read_all(s, topic_name("dlq", topic_prefix), 2)
+    ]
+    assert [(d["offset"], d["error_type"]) for d in dlq] == [
+        (3, "pagerduty-400"),
+        (4, "decode-bad-magic"),
+    ]
+    assert "Scripted rejection" in dlq[0]["reason"]
+    assert dlq[1]["value"] == b"\x07not an alert" and dlq[0]["worker"] == "pagerduty"
+    assert codec.decode_as("alert", dlq[0]["value"])["dedup_key"] == "job1/C"
+
+    assert "job1/B" in caplog.text  # the log talks about alerts ...
+    assert KEY not in caplog.text  # ... never about the routing key
+
+
+@pytest.mark.kafka
+def test_stop_during_retries_commits_nothing_and_a_restart_delivers(
+    kafka: Settings, topic_prefix: str, pd: FakePagerDuty
+) -> None:
+    s = dataclasses.replace(kafka, topic_prefix=topic_prefix)
+    codec = Codec()
+    alerts = topic_name("alerts", topic_prefix)
+    pd.always = {"job1/E": 500}
+    produce(s, alerts, [codec.encode("alert", make_alert("job1/E"))])
+    cfg = sink_config(s, pd.url, max_backoff_s=0.2)
+    t, stop, stats, errors = run_in_thread(s, cfg)
+    assert wait_for(lambda: len(pd.received) >= 3, 60), pd.seen()
+    stop.set()
+    t.join(30)
+    assert not t.is_alive() and not errors, errors
+    assert stats.abandoned == 1 and stats.accepted == 0
+    assert committed(s, cfg.group_id, alerts) < 0  # nothing committed: no offset stored
+
+    pd.always = {}
+    t, stop, stats, errors = run_in_thread(s, cfg, max_messages=1)
+    t.join(60)
+    stop.set()
+    assert not t.is_alive() and not errors, errors
+    assert pd.seen()[-1] == ("trigger", "job1/E", 202)
+    assert stats.accepted == 1
+    assert committed(s, cfg.group_id, alerts) == 1
+
+
+@pytest.mark.kafka
+def test_rate_limit_per_routing_key(kafka: Settings, topic_prefix: str, pd: FakePagerDuty) -> None:
+    s = dataclasses.replace(kafka, topic_prefix=topic_prefix)
+    codec = Codec()
+    produce(
+        s,
+        topic_name("alerts", topic_prefix),
+        [codec.encode("alert", make_alert(f"job1/R{i}")) for i in range(5)],
+    )
+    cfg = sink_config(s, pd.url, rate_limit_events=2, rate_limit_window_s=1.0)
+    t, stop, stats, errors = run_in_thread(s, cfg, max_messages=5)
+    t.join(60)
+    stop.set()
+    assert not t.is_alive() and not errors, errors
+    times = [r.at_s for r in pd.received]
+    assert len(times) == 5
+    for i, at in enumerate(times):  # at most 2 sends in any rolling second
+        assert sum(1 for u in times[: i + 1] if u > at - 0.98) <= 2, times
+    assert times[-1] - times[0] >= 2 * 0.98  # 5 sends at 2/s need two full windows
+    assert stats.rate_limit_wait_s > 0.3  # the rest passed while records arrived
+
+
+def test_network_error_is_a_result_not_an_exception() -> None:
+    res = post_json("http://127.0.0.1:9/v2/enqueue", b"{}", 2.0)  # discard port: refused
+    assert res.status is None and res.error
+
+
+def test_routing_key_from_env_or_file(tmp_path: Path) -> None:
+    s = load_settings(env={})
+    assert PagerDutyConfig.from_settings(
+        s, env={"ARGUS_PAGERDUTY_ROUTING_KEY": KEY}
+    ).routing_key == RoutingKey(KEY)
+    f = tmp_path / "key"
+    f.write_text(KEY + "\n")
+    cfg = PagerDutyConfig.from_settings(s, env={"ARGUS_PAGERDUTY_ROUTING_KEY_FILE": str(f)})
+    assert cfg.routing_key.reveal() == KEY
+    assert KEY not in repr(cfg) and KEY not in str(cfg.routing_key)
+    assert cfg.group_id == "argus.pagerduty" and cfg.events_url.startswith(
+        "https://events.pagerduty"
+    )
+    with pytest.raises(ConfigError, match="ARGUS_PAGERDUTY_ROUTING_KEY"):
+        PagerDutyConfig.from_settings(s, env={})
+    with pytest.raises(ConfigError, match="cannot be read"):
+        PagerDutyConfig.from_settings(
+            s, env={"ARGUS_PAGERDUTY_ROUTING_KEY_FILE": str(tmp_path / "no")}
+        )
+
+
+def test_bad_settings_name_the_key() -> None:
+    env = {"ARGUS_PAGERDUTY_ROUTING_KEY": KEY}
+    for over, match in [
+        ({"ARGUS_PAGERDUTY__RATE_LIMIT_EVENTS": "lots"}, "rate_limit_events"),
+        ({"ARGUS_PAGERDUTY__MIN_SEVERITY": "loud"}, "min_severity"),
+        ({"ARGUS_PAGERDUTY__EVENTS_URL": "ftp://x"}, "events_url"),
+        ({"ARGUS_PAGERDUTY__SEVERITY_MAP__INFO": "page"}, "severity_map"),
+        ({"ARGUS_PAGERDUTY__JITTER": "3"}, "jitter"),
+    ]:
+        s = load_settings(env={**env, **over})
+        with pytest.raises(ConfigError, match=match):
+            PagerDutyConfig.from_settings(s, env=env)
