@@ -1,0 +1,299 @@
+"""Detector thresholds: one frozen dataclass per level, overridable from settings.
+
+Every default says where it comes from: **paper** (arXiv 2606.20374, via the notes in
+``shared/notes/paper.md``), **DUO** (a third-party reimplementation's choice) or **ours**
+(reasoned here; the reason is in the field comment). Override any field from the
+``[detectors]`` settings section, e.g.::
+
+    [detectors.l2]
+    z = 4.0
+    [detectors.l3]
+    iqr_alpha = 2.0
+
+or from the environment: ``ARGUS_DETECTORS__L2__Z=4``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any, TypeVar
+
+from argus.detectors.errors import DetectorConfigError
+
+__all__ = [
+    "DetectorsConfig",
+    "FunnelConfig",
+    "L1Config",
+    "L2Config",
+    "L3Config",
+    "config_from_mapping",
+]
+
+
+@dataclass(frozen=True, kw_only=True)
+class L1Config:
+    """Iteration-time detector (L1).
+
+    Attributes
+    ----------
+    window : int
+        Trailing steps forming the spike baseline (median of the previous ``window`` steps).
+        8 (DUO's choice; paper value NOT FOUND).
+    spike_ratio : float
+        A step is a spike when ``time / baseline >= spike_ratio``. 2.0 (paper: spikes
+        "above 2x baseline" in the motivation section).
+    merge_gap : int
+        Spikes at most this many steps apart form one jitter window. 2 (ours).
+    min_history : int
+        Steps needed before any L1 verdict. 8 (ours: one baseline window).
+    cp_min_ratio : float
+        A change point is a regression when the median after / median before
+        ``>= cp_min_ratio``. 1.10 (ours: a 10 % persistent slowdown matters at 4,096 GPUs;
+        DUO uses 1.5, which misses thermal drift).
+    cp_min_effect : float
+        ... and the shift exceeds ``cp_min_effect`` robust standard deviations (MAD x 1.4826
+        pooled over both sides). 6.0 (ours: no false change point over 1,000 healthy steps).
+    cp_min_segment : int
+        Steps required on each side of a change point. 8 (ours).
+    smooth : int
+        Width of the running median applied before change-point search, so isolated
+        spikes (jitter) do not make a change point. 5 (ours).
+    """
+
+    window: int = 8
+    spike_ratio: float = 2.0
+    merge_gap: int = 2
+    min_history: int = 8
+    cp_min_ratio: float = 1.10
+    cp_min_effect: float = 6.0
+    cp_min_segment: int = 8
+    smooth: int = 5
+
+    def __post_init__(self) -> None:
+        _positive(self, "window", "min_history", "cp_min_segment", "smooth")
+        _at_least(self, 1.0, "spike_ratio", "cp_min_ratio")
+        _at_least(self, 0.0, "merge_gap", "cp_min_effect")
+
+
+@dataclass(frozen=True, kw_only=True)
+class L2Config:
+    """Phase-level straggler detector (L2).
+
+    Attributes
+    ----------
+    z : float
+        Robust z-score gate, ``(x - median) / (1.4826 * MAD)``. 3.5 (ours: the
+        Iglewicz-Hoaglin outlier cut; DUO uses 2.0, which flags ~5 % of a 4,096-rank group
+        under plain noise).
+    min_excess : float
+        ... and the rank is at least this fraction slower than the group median
+        (``x / median - 1``). 0.15 (ours: a straggler that costs < 15 % is noise at the
+        phase level; L3 sees smaller effects).
+    cv : float
+        CV of the group's per-rank window medians above which the phase is reported
+        *imbalanced* (evidence only). 0.15 (DUO). Not a gate for naming ranks: one
+        straggler in R ranks moves the CV by about 1/sqrt(R), so at 4,096 ranks a CV gate
+        would hide every single straggler.
+    mad_floor : float
+        MAD floor as a fraction of the median, so ties (MAD = 0) give finite z. 0.01 (ours).
+    pair_ratio : float
+        Groups of 2 ranks have no robust spread; the slower is named when
+        ``slower / faster >= pair_ratio``. 1.5 (ours).
+    min_steps : int
+        Steps with data a rank needs in the window to be judged. 1 (ours).
+    late_arrival : bool
+        Name ranks whose *collective* phase is markedly shorter than the group's (they
+        arrived late; their peers waited, paper case 5). True (paper case 5).
+    """
+
+    z: float = 3.5
+    min_excess: float = 0.15
+    cv: float = 0.15
+    mad_floor: float = 0.01
+    pair_ratio: float = 1.5
+    min_steps: int = 1
+    late_arrival: bool = True
+
+    def __post_init__(self) -> None:
+        _positive(self, "z", "mad_floor", "min_steps")
+        _at_least(self, 0.0, "min_excess", "cv")
+        _at_least(self, 1.0, "pair_ratio")
+
+
+@dataclass(frozen=True, kw_only=True)
+class L3Config:
+    """Kernel-distribution detector (L3).
+
+    Attributes
+    ----------
+    iqr_alpha : float
+        IQR fence multiplier: flag ``score > Q3 + alpha * (Q3 - Q1)``. 1.5 (Tukey; paper
+        value NOT FOUND).
+    min_rel_w1 : float
+        ... and ``score >= min_rel_w1 * mean(Q_ref)``, i.e. the rank's W1 to the reference is
+        at least this fraction of the reference mean duration. 0.10 (ours: the fence alone
+        flags ~0.7 % of a healthy normal population, i.e. ~28 of 4,096 ranks).
+    min_median_ratio : float
+        ... and ``score >= min_median_ratio * median(score)``. 2.0 (DUO's extra gate).
+    n_probs : int
+        Size M of the probability grid of quantile functions. 64 (ours).
+    pairwise_max : int
+        Groups with at most this many ranks also get the full R x R W1 matrix (for display).
+        64 (ours).
+    min_ranks : int
+        Groups with fewer ranks are not judged within the group (the fence needs a
+        population). 4 (ours).
+    min_groups : int
+        Group-vs-group comparison needs at least this many groups. 3 (ours).
+    match_stream : bool
+        Compare a kernel only with the same stream id on other ranks (paper: per
+        (kernel, stream)). Set False when stream ids differ between ranks. True.
+    """
+
+    iqr_alpha: float = 1.5
+    min_rel_w1: float = 0.10
+    min_median_ratio: float = 2.0
+    n_probs: int = 64
+    pairwise_max: int = 64
+    min_ranks: int = 4
+    min_groups: int = 3
+    match_stream: bool = True
+
+    def __post_init__(self) -> None:
+        _at_least(self, 0.0, "iqr_alpha", "min_rel_w1", "min_median_ratio")
+        _positive(self, "n_probs", "pairwise_max")
+        _at_least(self, 2.0, "min_ranks", "min_groups")
+
+
+@dataclass(frozen=True, kw_only=True)
+class FunnelConfig:
+    """Funnel: joining findings into culprits and alerts.
+
+    Attributes
+    ----------
+    trigger_confidence : float
+        A culprit's alert is triggered once its confidence reaches this. 0.5 (ours).
+    resolve_after : int
+        An active alert resolves after this many windows without its culprit. 3 (ours).
+    level_weight : mapping
+        Confidence one finding of a level contributes at the threshold, before the score
+        margin and persistence. L1 0.3, L2 0.5, L3 0.5 (ours: L1 names no rank).
+    """
+
+    trigger_confidence: float = 0.5
+    resolve_after: int = 3
+    level_weight: Mapping[str, float] = field(
+        default_factory=lambda: {"L1": 0.3, "L2": 0.5, "L3": 0.5}
+    )
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.trigger_confidence <= 1.0:
+            raise DetectorConfigError(
+                f"funnel.trigger_confidence must be in (0, 1], got {self.trigger_confidence}"
+            )
+        _positive(self, "resolve_after")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DetectorsConfig:
+    """All detector settings, as read from the ``[detectors]`` section."""
+
+    l1: L1Config = field(default_factory=L1Config)
+    l2: L2Config = field(default_factory=L2Config)
+    l3: L3Config = field(default_factory=L3Config)
+    funnel: FunnelConfig = field(default_factory=FunnelConfig)
+    routing: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_settings(cls, section: Mapping[str, Any]) -> DetectorsConfig:
+        """Build from ``Settings.section("detectors")``.
+
+        Raises
+        ------
+        DetectorConfigError
+            An unknown key, or a value of the wrong type or range (the message names it).
+        """
+        known = {"l1", "l2", "l3", "funnel", "routing"}
+        unknown = set(section) - known
+        if unknown:
+            raise DetectorConfigError(
+                f"detectors: unknown key(s) {sorted(unknown)}; known: {sorted(known)}"
+            )
+        routing = section.get("routing", {}) or {}
+        if not isinstance(routing, Mapping):
+            raise DetectorConfigError("detectors.routing must be a table")
+        return cls(
+            l1=config_from_mapping(L1Config, section.get("l1", {}), "detectors.l1"),
+            l2=config_from_mapping(L2Config, section.get("l2", {}), "detectors.l2"),
+            l3=config_from_mapping(L3Config, section.get("l3", {}), "detectors.l3"),
+            funnel=config_from_mapping(FunnelConfig, section.get("funnel", {}), "detectors.funnel"),
+            routing=dict(routing),
+        )
+
+
+_C = TypeVar("_C")
+
+
+def config_from_mapping(cls: type[_C], values: Any, where: str) -> _C:
+    """Build config dataclass ``cls`` from a mapping, coercing strings (environment values).
+
+    Raises
+    ------
+    DetectorConfigError
+        ``values`` is not a table, has an unknown key, or a value does not convert.
+    """
+    if values is None:
+        values = {}
+    if not isinstance(values, Mapping):
+        raise DetectorConfigError(f"{where} must be a table, got {type(values).__name__}")
+    spec = {f.name: f for f in fields(cls)}  # type: ignore[arg-type]
+    kw: dict[str, Any] = {}
+    for key, raw in values.items():
+        if key not in spec:
+            raise DetectorConfigError(f"{where}: unknown key {key!r}; known: {sorted(spec)}")
+        default = getattr(cls(), key)
+        kw[key] = _coerce(raw, default, f"{where}.{key}")
+    try:
+        return cls(**kw)
+    except (TypeError, ValueError) as exc:
+        raise DetectorConfigError(f"{where}: {exc}") from exc
+
+
+def _coerce(raw: Any, default: Any, key: str) -> Any:
+    try:
+        if isinstance(default, bool):
+            if isinstance(raw, str):
+                if raw.lower() in {"1", "true", "yes", "on"}:
+                    return True
+                if raw.lower() in {"0", "false", "no", "off"}:
+                    return False
+                raise ValueError(raw)
+            return bool(raw)
+        if isinstance(default, int):
+            if isinstance(raw, float) and not raw.is_integer():
+                raise ValueError(raw)
+            return int(raw)
+        if isinstance(default, float):
+            return float(raw)
+        if isinstance(default, Mapping):
+            if not isinstance(raw, Mapping):
+                raise ValueError(raw)
+            return {str(k): float(v) for k, v in {**default, **raw}.items()}
+    except (TypeError, ValueError):
+        raise DetectorConfigError(
+            f"{key} must be a {type(default).__name__}, got {raw!r}"
+        ) from None
+    return raw
+
+
+def _positive(obj: Any, *names: str) -> None:
+    for n in names:
+        if getattr(obj, n) <= 0:
+            raise DetectorConfigError(f"{n} must be > 0, got {getattr(obj, n)}")
+
+
+def _at_least(obj: Any, lo: float, *names: str) -> None:
+    for n in names:
+        if getattr(obj, n) < lo:
+            raise DetectorConfigError(f"{n} must be >= {lo}, got {getattr(obj, n)}")

@@ -1,0 +1,505 @@
+"""The funnel: L1 windows, L2 ranks/phases and L3 kernels joined into one verdict per culprit.
+
+Two pure steps:
+
+1. :func:`join` - one window's findings -> :class:`Culprit` objects. Findings that name
+   ranks (L2 stragglers, L3 kernel divergences) are joined when their rank sets overlap;
+   group-level findings (L3 group divergence) are culprits of their own, keyed by group;
+   L1 windows are attached to the culprits whose window they overlap, and become a
+   job-level culprit when nothing else explains them.
+2. :func:`step` - ``(state, findings of the next window) -> (state, output)``: counts how
+   many consecutive windows each culprit repeated (**persistence**), computes a
+   **confidence**, and emits ``alert`` records (``alert.avsc``): ``trigger`` when a culprit's
+   confidence first reaches ``trigger_confidence`` or its verdict changes, ``resolve`` after
+   ``resolve_after`` windows without it.
+
+:class:`FunnelState` is a frozen value holding everything the stream funnel agent must keep
+between windows (one per job); it is small (one entry per open culprit) and JSON-able via
+:meth:`FunnelState.to_dict` / :meth:`FunnelState.from_dict` for a faust table.
+
+Confidence (ours; the paper gives none)
+---------------------------------------
+Each finding contributes ``c = w + (1 - w) * 0.5 * (1 - 1/margin)`` with ``w`` the level's
+weight (``FunnelConfig.level_weight``) and ``margin = score / threshold``; levels combine as
+independent evidence ``1 - prod(1 - c_level)``; persistence ``p`` sharpens it to
+``1 - (1 - c) ** (1 + (p - 1) / 2)``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from argus.detectors.config import FunnelConfig
+from argus.detectors.findings import Finding, finding_id
+
+__all__ = [
+    "Culprit",
+    "CulpritState",
+    "FunnelOutput",
+    "FunnelState",
+    "Verdict",
+    "confidence_of",
+    "join",
+    "step",
+]
+
+_MAX_IDS = 32
+
+
+@dataclass(frozen=True)
+class Culprit:
+    """Findings of one window explained by one culprit.
+
+    Attributes
+    ----------
+    job, group_kind, group_id : str
+        The primary finding's group.
+    ranks : tuple of int
+        Culprit ranks (empty: the whole group/job).
+    phase : str or None
+        Bottleneck phase (compute phase named by L2, else the collective a rank was late to).
+    kernels : tuple of str
+        Kernels L3 found on these ranks (or this group), most divergent first.
+    levels : tuple of str
+        Levels that fired (sorted).
+    findings : tuple of Finding
+    """
+
+    job: str
+    group_kind: str
+    group_id: str
+    ranks: tuple[int, ...]
+    phase: str | None
+    kernels: tuple[str, ...]
+    levels: tuple[str, ...]
+    findings: tuple[Finding, ...]
+
+    @property
+    def kind(self) -> str:
+        return self.primary.kind
+
+    @property
+    def primary(self) -> Finding:
+        return _primary(self.findings)
+
+    @property
+    def dedup_key(self) -> str:
+        """Stable per culprit: ``job/group_kind/group_id/ranks/phase-or-kernel``."""
+        what = self.phase or (self.kernels[0] if self.kernels else self.kind)
+        ranks = ",".join(str(r) for r in self.ranks) or "-"
+        return f"{self.job}/{self.group_kind}/{self.group_id}/{ranks}/{what}"
+
+    @property
+    def window_start_step(self) -> int:
+        return min(f.window_start_step for f in self.findings)
+
+    @property
+    def window_end_step(self) -> int:
+        return max(f.window_end_step for f in self.findings)
+
+    @property
+    def window_start_ns(self) -> int:
+        return min(f.window_start_ns for f in self.findings)
+
+    @property
+    def window_end_ns(self) -> int:
+        return max(f.window_end_ns for f in self.findings)
+
+
+def _rank_of_level(f: Finding) -> int:
+    return {"L2": 0, "L3": 1, "L1": 2}.get(f.level, 3)
+
+
+def _primary(findings: Sequence[Finding]) -> Finding:
+    """L2 compute > L2 late arrival > L3 > L1; then by margin."""
+
+    def key(f: Finding) -> tuple[int, int, float]:
+        role = 0 if f.evidence.get("role") == "compute" else 1
+        return (_rank_of_level(f), role, -f.margin)
+
+    return min(findings, key=key)
+
+
+def _overlaps(a: Finding, b: Culprit) -> bool:
+    return a.window_start_step <= b.window_end_step and b.window_start_step <= a.window_end_step
+
+
+def join(findings: Sequence[Finding]) -> list[Culprit]:
+    """Join one window's findings into culprits.
+
+    Parameters
+    ----------
+    findings : sequence of Finding
+        L1, L2 and L3 findings of one job and one window (several jobs are kept apart).
+
+    Returns
+    -------
+    list of Culprit
+        Sorted by dedup key.
+    """
+    ranked = [f for f in findings if f.ranks and f.level in ("L2", "L3")]
+    grouped = [f for f in findings if not f.ranks and f.level in ("L2", "L3")]
+    l1 = [f for f in findings if f.level == "L1"]
+    # union-find over rank-bearing findings by shared (job, rank)
+    parent = list(range(len(ranked)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    owner: dict[tuple[str, int], int] = {}
+    for i, f in enumerate(ranked):
+        for r in f.ranks:
+            j = owner.setdefault((f.job, r), i)
+            if j != i:
+                parent[find(i)] = find(j)
+    clusters: dict[int, list[Finding]] = {}
+    for i, f in enumerate(ranked):
+        clusters.setdefault(find(i), []).append(f)
+    parts: list[list[Finding]] = list(clusters.values())
+    by_group: dict[tuple[str, str, str], list[Finding]] = {}
+    for f in grouped:
+        by_group.setdefault((f.job, f.group_kind, f.group_id), []).append(f)
+    parts.extend(by_group.values())
+    out = [_make(p) for p in parts]
+    used: set[int] = set()
+    for i, f in enumerate(l1):
+        for j, c in enumerate(out):
+            if c.job == f.job and _overlaps(f, c):
+                out[j] = _make([*c.findings, f])
+                used.add(i)
+    rest = [f for i, f in enumerate(l1) if i not in used]
+    by_kind: dict[tuple[str, str], list[Finding]] = {}
+    for f in rest:
+        by_kind.setdefault((f.job, f.kind), []).append(f)
+    out.extend(_make(p) for p in by_kind.values())
+    out.sort(key=lambda c: c.dedup_key)
+    return out
+
+
+def _make(fs: Sequence[Finding]) -> Culprit:
+    prim = _primary(fs)
+    ranks = sorted({r for f in fs if f.level in ("L2", "L3") for r in f.ranks})
+    if prim.level == "L2":
+        # a rank's compute bottleneck beats the collective it was late to
+        comp = [f for f in fs if f.level == "L2" and f.evidence.get("role") == "compute"]
+        if comp:
+            bott = [f for f in comp if json.loads(f.evidence.get("bottleneck", "[]"))]
+            phase = _primary(bott or comp).phase
+        else:
+            phase = prim.phase
+    else:
+        phase = prim.phase
+    l3 = sorted((f for f in fs if f.level == "L3" and f.kernel), key=lambda f: -f.margin)
+    kernels = tuple(dict.fromkeys(f.kernel for f in l3 if f.kernel))
+    levels = tuple(sorted({f.level for f in fs}))
+    return Culprit(
+        job=prim.job,
+        group_kind=prim.group_kind,
+        group_id=prim.group_id,
+        ranks=tuple(ranks) if prim.level != "L1" else prim.ranks,
+        phase=phase,
+        kernels=kernels,
+        levels=levels,
+        findings=tuple(sorted(fs, key=finding_id)),
+    )
+
+
+def confidence_of(findings: Sequence[Finding], persistence: int, cfg: FunnelConfig) -> float:
+    """Confidence 0..1 of a culprit (see the module notes)."""
+    best: dict[str, float] = {}
+    for f in findings:
+        w = float(cfg.level_weight.get(f.level, 0.3))
+        m = max(f.margin, 1.0)
+        c = w + (1.0 - w) * 0.5 * (1.0 - 1.0 / m)
+        best[f.level] = max(best.get(f.level, 0.0), c)
+    miss = 1.0
+    for c in best.values():
+        miss *= 1.0 - c
+    miss = miss ** (1.0 + (max(persistence, 1) - 1) / 2.0)
+    return float(min(1.0, max(0.0, 1.0 - miss)))
+
+
+@dataclass(frozen=True)
+class CulpritState:
+    """What the funnel remembers about one culprit between windows."""
+
+    first_seen_ns: int
+    last_seen_ns: int
+    last_window: int
+    persistence: int
+    confidence: float
+    active: bool  # a trigger was emitted and not resolved
+    anomaly_ids: tuple[str, ...]
+    signature: str  # of the last emitted trigger
+    alert: Mapping[str, Any] = field(default_factory=dict)  # last trigger (for the resolve)
+
+
+@dataclass(frozen=True)
+class FunnelState:
+    """Funnel state of one job: a window counter and the open culprits by dedup key."""
+
+    window: int = 0
+    culprits: Mapping[str, CulpritState] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "window": self.window,
+            "culprits": {
+                k: {**c.__dict__, "anomaly_ids": list(c.anomaly_ids), "alert": dict(c.alert)}
+                for k, c in self.culprits.items()
+            },
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> FunnelState:
+        cs = {
+            k: CulpritState(**{**v, "anomaly_ids": tuple(v["anomaly_ids"])})
+            for k, v in d.get("culprits", {}).items()
+        }
+        return cls(window=int(d.get("window", 0)), culprits=cs)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A culprit in one window with its persistence and confidence."""
+
+    culprit: Culprit
+    persistence: int
+    confidence: float
+    first_seen_ns: int
+
+    @property
+    def dedup_key(self) -> str:
+        return self.culprit.dedup_key
+
+    def to_anomaly(self, *, detected_ns: int | None = None) -> dict[str, Any]:
+        """The ``anomaly`` record (level ``funnel``) of this verdict; deterministic id."""
+        from argus.detectors.findings import to_anomaly
+
+        c = self.culprit
+        p = c.primary
+        f = Finding(
+            job=c.job,
+            level="funnel",
+            kind=p.kind,
+            group_kind=c.group_kind,
+            group_id=c.group_id,
+            ranks=c.ranks,
+            phase=c.phase,
+            kernel=c.kernels[0] if c.kernels else None,
+            stream=p.stream,
+            window_start_step=c.window_start_step,
+            window_end_step=c.window_end_step,
+            window_start_ns=c.window_start_ns,
+            window_end_ns=c.window_end_ns,
+            score=p.score,
+            threshold=p.threshold,
+            baseline=p.baseline,
+            observed=p.observed,
+            unit=p.unit,
+            evidence=_details(self),
+        )
+        return to_anomaly(
+            f,
+            detected_ns=c.window_end_ns if detected_ns is None else detected_ns,
+            persistence=self.persistence,
+            confidence=self.confidence,
+        )
+
+    def to_alert(self, action: str = "trigger") -> dict[str, Any]:
+        """The ``alert`` record (``alert.avsc``) of this verdict."""
+        c = self.culprit
+        return {
+            "dedup_key": c.dedup_key,
+            "action": action,
+            "severity": _severity(self),
+            "summary": summary(self),
+            "job": c.job,
+            "group_kind": c.group_kind,
+            "group_id": c.group_id,
+            "ranks": list(c.ranks),
+            "phase": c.phase,
+            "kernels": list(c.kernels),
+            "levels": list(c.levels),
+            "first_seen_ns": int(self.first_seen_ns),
+            "last_seen_ns": int(c.window_end_ns),
+            "persistence": int(self.persistence),
+            "confidence": float(self.confidence),
+            "anomaly_ids": [f.id for f in c.findings][:_MAX_IDS],
+            "details": _details(self),
+        }
+
+
+def _severity(v: Verdict) -> str:
+    if v.confidence >= 0.9 and len(v.culprit.levels) >= 2:
+        return "critical"
+    if v.confidence >= 0.7:
+        return "error"
+    return "warning"
+
+
+def summary(v: Verdict) -> str:
+    """One line a human reads first."""
+    c = v.culprit
+    p = c.primary
+    who = (
+        f"rank(s) {_ranges(c.ranks)}"
+        if c.ranks
+        else ("the whole job" if c.group_kind == "job" else f"{c.group_kind} group {c.group_id}")
+    )
+    what = {
+        "straggler": f"straggler in {c.phase}"
+        if p.evidence.get("role") != "late_arrival" or c.phase != p.phase
+        else f"late into {c.phase} (peers waited)",
+        "kernel_divergence": f"kernel {c.kernels[0] if c.kernels else p.kernel} diverged",
+        "group_divergence": f"collective/kernel {p.kernel} slow for the whole group",
+        "regression": f"iteration time regressed {p.baseline:.1f} -> {p.observed:.1f} ms",
+        "jitter": f"iteration-time spikes {p.observed:.1f} ms vs {p.baseline:.1f} ms",
+    }.get(p.kind, p.kind)
+    return (
+        f"[{'+'.join(c.levels)}] {c.job}: {who}: {what}; steps {c.window_start_step}-"
+        f"{c.window_end_step}; persistence {v.persistence}, confidence {v.confidence:.2f}"
+    )
+
+
+def _ranges(ranks: Sequence[int]) -> str:
+    out: list[str] = []
+    rs = sorted(ranks)
+    i = 0
+    while i < len(rs):
+        j = i
+        while j + 1 < len(rs) and rs[j + 1] == rs[j] + 1:
+            j += 1
+        out.append(str(rs[i]) if i == j else f"{rs[i]}-{rs[j]}")
+        i = j + 1
+    s = ",".join(out[:16])
+    return s + (f",... ({len(rs)} ranks)" if len(out) > 16 else "")
+
+
+def _details(v: Verdict) -> dict[str, str]:
+    c = v.culprit
+    d: dict[str, str] = {
+        "kind": c.kind,
+        "levels": ",".join(c.levels),
+        "findings": json.dumps(
+            [
+                {
+                    "level": f.level,
+                    "kind": f.kind,
+                    "group": f"{f.group_kind}/{f.group_id}",
+                    "phase": f.phase,
+                    "kernel": f.kernel,
+                    "ranks": list(f.ranks[:32]),
+                    "score": round(f.score, 4),
+                    "threshold": round(f.threshold, 4),
+                    "baseline": round(f.baseline, 4),
+                    "observed": round(f.observed, 4),
+                    "unit": f.unit,
+                    "role": f.evidence.get("role"),
+                }
+                for f in c.findings[:16]
+            ]
+        ),
+    }
+    victims = sorted(
+        {r for f in c.findings for r in json.loads(f.evidence.get("victims", "[]"))} - set(c.ranks)
+    )
+    if victims:
+        d["victims"] = json.dumps(victims[:64])
+    return d
+
+
+@dataclass(frozen=True)
+class FunnelOutput:
+    """What one funnel step produced."""
+
+    verdicts: list[Verdict]
+    alerts: list[dict[str, Any]]
+
+
+def step(
+    state: FunnelState,
+    findings: Sequence[Finding],
+    cfg: FunnelConfig | None = None,
+) -> tuple[FunnelState, FunnelOutput]:
+    """Advance the funnel by one window.
+
+    Parameters
+    ----------
+    state : FunnelState
+        The state returned by the previous call (``FunnelState()`` at start).
+    findings : sequence of Finding
+        All findings of the next window (may be empty: a quiet window still counts, so that
+        persistence resets and alerts resolve).
+    cfg : FunnelConfig
+
+    Returns
+    -------
+    (FunnelState, FunnelOutput)
+        The new state and this window's verdicts and alert records.
+    """
+    cfg = cfg or FunnelConfig()
+    w = state.window + 1
+    culprits = dict(state.culprits)
+    verdicts: list[Verdict] = []
+    alerts: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for c in join(findings):
+        key = c.dedup_key
+        if key in seen:
+            continue
+        seen.add(key)
+        prev = culprits.get(key)
+        pers = prev.persistence + 1 if prev is not None and prev.last_window == w - 1 else 1
+        conf = confidence_of(c.findings, pers, cfg)
+        first = prev.first_seen_ns if prev is not None else c.window_start_ns
+        v = Verdict(culprit=c, persistence=pers, confidence=conf, first_seen_ns=first)
+        verdicts.append(v)
+        ids = tuple(
+            dict.fromkeys([*(prev.anomaly_ids if prev else ()), *(f.id for f in c.findings)])
+        )[-_MAX_IDS:]
+        active = prev.active if prev is not None else False
+        sig = prev.signature if prev is not None else ""
+        alert_rec: Mapping[str, Any] = prev.alert if prev is not None else {}
+        if conf >= cfg.trigger_confidence:
+            new_sig = _signature(v)
+            if not active or new_sig != sig:
+                rec = v.to_alert("trigger")
+                rec["anomaly_ids"] = list(ids)
+                alerts.append(rec)
+                active, sig, alert_rec = True, new_sig, rec
+        culprits[key] = CulpritState(
+            first_seen_ns=first,
+            last_seen_ns=c.window_end_ns,
+            last_window=w,
+            persistence=pers,
+            confidence=conf,
+            active=active,
+            anomaly_ids=ids,
+            signature=sig,
+            alert=alert_rec,
+        )
+    for key, cs in list(culprits.items()):
+        if key in seen:
+            continue
+        if w - cs.last_window >= cfg.resolve_after:
+            if cs.active and cs.alert:
+                rec = dict(cs.alert)
+                rec["action"] = "resolve"
+                rec["summary"] = f"resolved: {rec.get('summary', key)}"
+                alerts.append(rec)
+            del culprits[key]
+    return FunnelState(window=w, culprits=culprits), FunnelOutput(verdicts, alerts)
+
+
+def _signature(v: Verdict) -> str:
+    c = v.culprit
+    blob = json.dumps([c.levels, c.kernels, _severity(v)], separators=(",", ":"))
+    return hashlib.blake2b(blob.encode(), digest_size=8).hexdigest()
