@@ -1,0 +1,198 @@
+"""Collector configuration: arguments > environment > file > defaults, validated once.
+
+Sources (later ones win):
+
+1. the defaults below;
+2. the ``[collectors]`` table of the argus TOML file (see :mod:`argus.config`);
+3. environment: ``ARGUS_COLLECTORS__<KEY>`` for any key (e.g.
+   ``ARGUS_COLLECTORS__KERNELS_PERIOD_STEPS=100``), plus the short ``ARGUS_JOB``;
+4. keyword arguments of :func:`argus.collectors.start`.
+
+==========================  =========  ==========================================================
+key                         default    meaning
+==========================  =========  ==========================================================
+job                         (none)     job name; required (``ARGUS_JOB``)
+phases                      true       phase channel (step records)
+kernels                     true       kernel channel (CUPTI / Kineto / CPU ops)
+stacks                      true       register this process for the ``argus collect stacks`` sidecar
+kernels_backend             auto       auto | cupti | kineto | cpu_ops
+kernels_period_steps        50         one kernel window every N steps (duty cycle = active/period)
+kernels_active_steps        1          steps per kernel window
+kernels_max_events          200000     events kept per window; the rest are counted as dropped
+overhead_budget             0.01       fraction of step time the collectors may spend (1%)
+max_queue_records           10000      producer queue bound, records
+max_queue_bytes             33554432   producer queue bound, bytes (32 MiB)
+message_timeout_ms          30000      give up on (and count) a record the broker did not take
+control                     true       follow runtime commands on the control topic
+publish_topology            true       publish the job layout to the jobs topic at start
+==========================  =========  ==========================================================
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from argus.collectors.errors import CollectorConfigError
+from argus.config import ConfigError, Settings, load_settings
+
+__all__ = ["KERNEL_BACKENDS", "CollectorConfig", "load_collector_config"]
+
+KERNEL_BACKENDS = ("auto", "cupti", "kineto", "cpu_ops")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CollectorConfig:
+    """Frozen collector settings; build with :func:`load_collector_config`."""
+
+    job: str
+    phases: bool = True
+    kernels: bool = True
+    stacks: bool = True
+    kernels_backend: str = "auto"
+    kernels_period_steps: int = 50
+    kernels_active_steps: int = 1
+    kernels_max_events: int = 200_000
+    overhead_budget: float = 0.01
+    max_queue_records: int = 10_000
+    max_queue_bytes: int = 32 * 1024 * 1024
+    message_timeout_ms: int = 30_000
+    control: bool = True
+    publish_topology: bool = True
+
+    @property
+    def kernels_duty_cycle(self) -> float:
+        """Fraction of steps that run inside a kernel window (0..1]."""
+        return self.kernels_active_steps / self.kernels_period_steps
+
+    def validate(self) -> CollectorConfig:
+        """Return self, or raise :class:`CollectorConfigError` naming the first bad key."""
+        if not self.job or "/" in self.job:
+            raise CollectorConfigError(
+                f"collectors.job must be a non-empty name without '/', got {self.job!r} "
+                "(pass job=... to start() or set ARGUS_JOB)"
+            )
+        if self.kernels_backend not in KERNEL_BACKENDS:
+            raise CollectorConfigError(
+                f"collectors.kernels_backend must be one of {', '.join(KERNEL_BACKENDS)}, "
+                f"got {self.kernels_backend!r}"
+            )
+        positive = (
+            "kernels_period_steps",
+            "kernels_active_steps",
+            "kernels_max_events",
+            "max_queue_records",
+            "max_queue_bytes",
+            "message_timeout_ms",
+        )
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise CollectorConfigError(
+                    f"collectors.{name} must be > 0, got {getattr(self, name)!r}"
+                )
+        if self.kernels_active_steps > self.kernels_period_steps:
+            raise CollectorConfigError(
+                "collectors.kernels_active_steps must be <= kernels_period_steps, got "
+                f"{self.kernels_active_steps} > {self.kernels_period_steps}"
+            )
+        if not 0.0 < self.overhead_budget < 1.0:
+            raise CollectorConfigError(
+                f"collectors.overhead_budget is a fraction of step time in (0, 1), "
+                f"got {self.overhead_budget!r}"
+            )
+        return self
+
+
+_TYPES: dict[str, type] = {
+    f.name: f.type
+    if isinstance(f.type, type)
+    else {"str": str, "bool": bool, "int": int, "float": float}[str(f.type)]
+    for f in fields(CollectorConfig)
+}
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def _coerce(key: str, value: Any, source: str) -> Any:
+    kind = _TYPES[key]
+    try:
+        if kind is bool:
+            if isinstance(value, bool):
+                return value
+            s = str(value).strip().lower()
+            if s in _TRUE:
+                return True
+            if s in _FALSE:
+                return False
+            raise ValueError
+        if kind is int:
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError
+            return int(value)
+        if kind is float:
+            if isinstance(value, bool):
+                raise ValueError
+            return float(value)
+        return str(value)
+    except (TypeError, ValueError):
+        raise CollectorConfigError(
+            f"collectors.{key} from {source} must be {kind.__name__}, got {value!r}"
+        ) from None
+
+
+def load_collector_config(
+    settings: Settings | None = None,
+    env: Mapping[str, str] | None = None,
+    **overrides: Any,
+) -> CollectorConfig:
+    """Merge file, environment and keyword overrides into a validated :class:`CollectorConfig`.
+
+    Parameters
+    ----------
+    settings : Settings, optional
+        Loaded argus settings (its ``[collectors]`` section holds file and
+        ``ARGUS_COLLECTORS__*`` values); loaded from the environment when omitted.
+    env : mapping, optional
+        Environment (defaults to ``os.environ``), read for ``ARGUS_JOB``.
+    **overrides
+        Keyword arguments from :func:`argus.collectors.start`; ``None`` values are ignored.
+
+    Raises
+    ------
+    CollectorConfigError
+        An unknown key, a value of the wrong type, or an invalid value; the message names
+        the key and where it came from.
+    """
+    env = os.environ if env is None else env
+    try:
+        settings = settings if settings is not None else load_settings(env=env)
+        section = dict(settings.section("collectors"))
+    except CollectorConfigError:
+        raise
+    except ConfigError as exc:
+        raise CollectorConfigError(str(exc)) from None
+    values: dict[str, Any] = {}
+    for source, mapping in (
+        ("the [collectors] file table / ARGUS_COLLECTORS__*", section),
+        ("ARGUS_JOB", {"job": env["ARGUS_JOB"]} if env.get("ARGUS_JOB") else {}),
+        ("start() arguments", {k: v for k, v in overrides.items() if v is not None}),
+    ):
+        for key, value in mapping.items():
+            if key not in _TYPES:
+                raise CollectorConfigError(
+                    f"unknown collectors setting {key!r} from {source}; known: "
+                    f"{', '.join(sorted(_TYPES))}"
+                )
+            values[key] = _coerce(key, value, source)
+    if "job" not in values:
+        raise CollectorConfigError(
+            "collectors.job is not set: pass job=... to argus.collectors.start() or set ARGUS_JOB"
+        )
+    return CollectorConfig(**values).validate()
+
+
+def with_changes(cfg: CollectorConfig, **changes: Any) -> CollectorConfig:
+    """A validated copy of ``cfg`` with ``changes`` applied."""
+    return replace(cfg, **changes).validate()

@@ -1,0 +1,106 @@
+"""Duty-cycled ``torch.profiler`` sources: CPU op events (CPU-only hosts) and Kineto GPU kernels.
+
+``cpu_ops``: the CPU profiler's op events (``aten::addmm``, ...) stand in for kernels on
+machines without a GPU, so the whole kernel path (columnar batches, compression, L3) runs
+here. The stream column holds the host thread id; the main training thread is ``compute``.
+
+``kineto``: the fallback on GPU hosts without cupti-python: CUDA kernel activity through
+Kineto (``device_resource_id`` is the CUDA stream id). Untested here (no GPU).
+
+Cost: while a window is open every op pays the profiler's instrumentation (~µs per op), and
+starting/stopping costs ~1 ms; hence duty cycling (one window every N steps) and the
+overhead budget. The first start in a process initialises Kineto (seconds), so
+:meth:`warm_up` is called once at :func:`argus.collectors.start`, before training.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from argus.collectors.kernels.base import KernelColumns, columns_from_events
+
+__all__ = ["ProfilerSource"]
+
+_SKIP_PREFIXES = ("ProfilerStep", "[memory]")
+
+
+class ProfilerSource:
+    """A ``torch.profiler`` window per kernel window.
+
+    Parameters
+    ----------
+    gpu : bool
+        ``True``: keep CUDA kernel events (source ``kineto``); ``False``: CPU op events
+        (source ``cpu_ops``).
+    max_events : int
+        Events kept per window; the rest are counted as dropped.
+    """
+
+    def __init__(self, *, gpu: bool, max_events: int) -> None:
+        import torch.profiler as tp
+
+        self._tp = tp
+        self.gpu = gpu
+        self.source = "kineto" if gpu else "cpu_ops"
+        self.max_events = max_events
+        self._acts = [tp.ProfilerActivity.CPU] + ([tp.ProfilerActivity.CUDA] if gpu else [])
+        self._prof: Any = None
+        self._main_tid = threading.get_native_id()
+
+    def warm_up(self) -> None:
+        """Initialise Kineto once (slow the first time in a process)."""
+        import torch
+
+        with self._tp.profile(activities=self._acts):
+            torch.zeros(1).add_(1)
+
+    def start_window(self) -> None:
+        self._main_tid = threading.get_native_id()
+        prof = self._tp.profile(activities=self._acts)
+        prof.__enter__()
+        self._prof = prof
+
+    def end_window(self) -> Callable[[], KernelColumns | None]:
+        prof, self._prof = self._prof, None
+        if prof is None:
+            return lambda: None
+        prof.__exit__(None, None, None)
+        gpu, main_tid, cap = self.gpu, self._main_tid, self.max_events
+
+        def build() -> KernelColumns | None:
+            results = prof.profiler.kineto_results
+            if results is None:
+                return None
+            evs: list[tuple[str, int, int, int]] = []
+            for e in results.events():
+                name = e.name()
+                if name.startswith(_SKIP_PREFIXES):
+                    continue
+                is_cuda = "CUDA" in str(e.device_type())
+                if gpu:
+                    if not is_cuda:
+                        continue
+                elif is_cuda:
+                    continue
+                evs.append(
+                    (name, int(e.device_resource_id()), int(e.start_ns()), int(e.duration_ns()))
+                )
+            evs.sort(key=lambda t: t[2])
+            if gpu:
+                return columns_from_events(evs, max_events=cap)
+            kinds = {s: ("compute" if s == main_tid else "unknown") for _, s, _, _ in evs}
+            labels = {s: f"thread {s}" + (" (training)" if s == main_tid else "") for s in kinds}
+            return columns_from_events(
+                evs, max_events=cap, stream_kinds=kinds, stream_labels=labels
+            )
+
+        return build
+
+    def close(self) -> None:
+        if self._prof is not None:
+            try:
+                self._prof.__exit__(None, None, None)
+            finally:
+                self._prof = None

@@ -1,0 +1,248 @@
+"""A Kafka producer that never blocks or raises into the training thread.
+
+The training thread calls :meth:`RecordProducer.submit`, which appends one item to a bounded
+in-memory queue (bounded in records **and** bytes) and returns. A daemon thread drains the
+queue: it builds the record (items may be thunks, so that packing and encoding happen off the
+training thread), encodes it with :class:`argus.schemas.Codec` and hands it to
+confluent-kafka, whose own buffer is bounded the same way.
+
+Loss is counted, never hidden: a full queue evicts the oldest item, a full librdkafka buffer
+(``BufferError``), a record the broker did not take within ``message_timeout_ms`` and a record
+that fails to encode all add to :attr:`dropped_records` / :attr:`dropped_bytes` (or
+:attr:`errors`). Those cumulative counters ride in every step record.
+
+Delivery uses ``enable.idempotence=true`` and ``acks=all``.
+
+Fork safety: after ``fork()`` the child's copy is dead (no thread, no librdkafka handle, which
+is not fork-safe); :meth:`submit` returns ``False`` there without touching any lock the parent
+may have held. DataLoader workers therefore cost nothing and publish nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import time
+import weakref
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from argus.schemas import Codec
+
+__all__ = ["RecordProducer"]
+
+log = logging.getLogger("argus.collectors.producer")
+
+Value = Mapping[str, Any] | Callable[[], Mapping[str, Any] | None]
+
+_LIVE: weakref.WeakSet[RecordProducer] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for p in list(_LIVE):
+        p._forked()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+class RecordProducer:
+    """Bounded, non-blocking, drop-and-count publisher of argus records.
+
+    Parameters
+    ----------
+    kafka_config : mapping
+        librdkafka settings (at least ``bootstrap.servers``), e.g. ``Settings.kafka_config()``.
+    max_records : int
+        Queue bound in records (ours; librdkafka gets the same bound).
+    max_bytes : int
+        Queue bound in bytes, from each item's ``size_bytes`` hint.
+    message_timeout_ms : int
+        A record the broker has not acknowledged after this long is dropped and counted.
+    codec : Codec, optional
+        Encoder; a default single-object codec when omitted.
+    drain_interval_s : float
+        How often the delivery thread wakes when idle (seconds).
+    """
+
+    def __init__(
+        self,
+        kafka_config: Mapping[str, Any],
+        *,
+        max_records: int = 10_000,
+        max_bytes: int = 32 * 1024 * 1024,
+        message_timeout_ms: int = 30_000,
+        codec: Codec | None = None,
+        drain_interval_s: float = 0.05,
+    ) -> None:
+        from confluent_kafka import Producer
+
+        self.max_records = max_records
+        self.max_bytes = max_bytes
+        self.dropped_records = 0
+        self.dropped_bytes = 0
+        self.errors = 0
+        self.delivered = 0
+        self._queue: deque[tuple[str, bytes, str, Value, int]] = deque()
+        self._queued_bytes = 0
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._codec = codec or Codec()
+        self._drain_interval_s = drain_interval_s
+        self._pid = os.getpid()
+        self._dead = False
+        self._last_error_log = 0.0
+        conf = {
+            **kafka_config,
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 50,
+            "compression.type": "lz4",
+            "queue.buffering.max.messages": max_records,
+            "queue.buffering.max.kbytes": max(1, max_bytes // 1024),
+            "message.timeout.ms": message_timeout_ms,
+            "socket.connection.setup.timeout.ms": min(10_000, message_timeout_ms),
+            "error_cb": self._on_client_error,
+        }
+        self._producer = Producer(conf)
+        self._thread = threading.Thread(target=self._run, name="argus-producer", daemon=True)
+        self._thread.start()
+        _LIVE.add(self)
+
+    # -- training thread ------------------------------------------------------------------
+    def submit(self, topic: str, key: bytes, record: str, value: Value, size_bytes: int) -> bool:
+        """Queue one record; O(1), never blocks, never raises.
+
+        ``value`` is the record as a mapping, or a zero-argument callable that builds it on
+        the delivery thread (returning ``None`` skips it). Returns ``False`` when the record
+        could not be queued (closed, forked child); when the queue is full the *oldest*
+        records are evicted and counted so the newest survive.
+        """
+        if self._dead or self._pid != os.getpid():
+            return False
+        try:
+            with self._lock:
+                self._queue.append((topic, key, record, value, size_bytes))
+                self._queued_bytes += size_bytes
+                while len(self._queue) > self.max_records or (
+                    self._queued_bytes > self.max_bytes and len(self._queue) > 1
+                ):
+                    old = self._queue.popleft()
+                    self._queued_bytes -= old[4]
+                    self.dropped_records += 1
+                    self.dropped_bytes += old[4]
+            return True
+        except Exception:
+            self.errors += 1
+            return False
+
+    @property
+    def queue_depth(self) -> int:
+        """Records waiting: ours plus librdkafka's not-yet-acknowledged ones."""
+        if self._dead:
+            return 0
+        try:
+            return len(self._queue) + len(self._producer)
+        except Exception:
+            return len(self._queue)
+
+    # -- delivery thread ------------------------------------------------------------------
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self._drain_interval_s)
+            self._wake.clear()
+            self._drain()
+            try:
+                self._producer.poll(0)
+            except Exception:
+                self.errors += 1
+        self._drain()
+
+    def _drain(self) -> None:
+        while True:
+            with self._lock:
+                if not self._queue:
+                    return
+                topic, key, record, value, size = self._queue.popleft()
+                self._queued_bytes -= size
+            try:
+                built = value() if callable(value) else value
+                if built is None:
+                    continue
+                data = self._codec.encode(record, built)
+            except Exception as exc:
+                self.errors += 1
+                self.dropped_records += 1
+                self.dropped_bytes += size
+                self._log_rate_limited(f"could not build/encode a {record} record: {exc!r}")
+                continue
+            try:
+                self._producer.produce(topic, data, key, on_delivery=self._on_delivery)
+            except BufferError:
+                self.dropped_records += 1
+                self.dropped_bytes += len(data)
+                self._log_rate_limited("producer buffer full (broker slow or away); dropping")
+            except Exception as exc:
+                self.errors += 1
+                self.dropped_records += 1
+                self.dropped_bytes += len(data)
+                self._log_rate_limited(f"produce to {topic} failed: {exc!r}")
+
+    def _on_delivery(self, err: Any, msg: Any) -> None:
+        if err is None:
+            self.delivered += 1
+            return
+        self.dropped_records += 1
+        with contextlib.suppress(Exception):
+            self.dropped_bytes += len(msg.value() or b"")
+        self._log_rate_limited(f"record not delivered: {err}")
+
+    def _on_client_error(self, err: Any) -> None:
+        self._log_rate_limited(f"kafka client: {err}")
+
+    def _log_rate_limited(self, message: str) -> None:
+        now = time.monotonic()
+        if now - self._last_error_log >= 30.0:
+            self._last_error_log = now
+            log.warning(
+                "argus collectors: %s (dropped so far: %d records)", message, self.dropped_records
+            )
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def flush(self, timeout_s: float = 5.0) -> int:
+        """Wait up to ``timeout_s`` for queued records to be delivered; returns how many remain."""
+        if self._dead or self._pid != os.getpid():
+            return 0
+        deadline = time.monotonic() + timeout_s
+        while self._queue and time.monotonic() < deadline:
+            self._wake.set()
+            time.sleep(0.01)
+        try:
+            return int(self._producer.flush(max(0.0, deadline - time.monotonic())))
+        except Exception:
+            return self.queue_depth
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Flush for at most ``timeout_s``, stop the delivery thread; what is left is dropped
+        and counted. Safe to call twice."""
+        if self._dead or self._pid != os.getpid():
+            return
+        left = self.flush(timeout_s)
+        self._stop.set()
+        self._wake.set()
+        self._thread.join(timeout=1.0)
+        if left:
+            self.dropped_records += left
+            log.warning("argus collectors: %d records not delivered at close", left)
+        self._dead = True
+
+    def _forked(self) -> None:
+        # In a forked child: forget the parent's state without touching its locks.
+        self._dead = True
+        self._lock = threading.Lock()
+        self._queue = deque()
+        self._queued_bytes = 0

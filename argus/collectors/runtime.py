@@ -1,0 +1,412 @@
+"""The in-process collector: step boundaries, phases, kernel windows, budget, control.
+
+One :class:`Collector` per training process, created by :func:`argus.collectors.start`.
+Every method that runs on the training thread catches ``Exception``, counts it in
+``errors`` and returns; each measures its own time into the step's ``overhead_ns``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from argus import __version__
+from argus.collectors.budget import OverheadBudget
+from argus.collectors.config import CollectorConfig
+from argus.collectors.control import ControlFollower, ControlState, addresses
+from argus.collectors.kernels import KernelColumns, KernelSource, make_kernel_source
+from argus.collectors.phases import CpuClock, CudaClock, CudaResolver, PhaseItem, aggregate_phases
+from argus.collectors.producer import RecordProducer
+from argus.collectors.topology import Topology, topology_records
+from argus.config import Settings
+from argus.schemas import pack
+from argus.topics import topic_name
+
+__all__ = ["Collector"]
+
+log = logging.getLogger("argus.collectors")
+
+_perf = time.perf_counter_ns
+_wall = time.time_ns
+
+STEP_RECORD_BYTES = 256  # size hint per step record + per phase below
+PHASE_BYTES = 48
+KERNEL_BATCH_BYTES = 256 * 1024  # size hint of a kernel window before it is parsed
+
+
+class Collector:
+    """Collectors of one training process.
+
+    Parameters
+    ----------
+    cfg : CollectorConfig
+        Validated configuration.
+    settings : Settings
+        Kafka and topic settings.
+    topo : Topology
+        This rank's place in the job.
+    kafka_config : mapping, optional
+        librdkafka settings; default ``settings.kafka_config()``.
+    """
+
+    def __init__(
+        self,
+        cfg: CollectorConfig,
+        settings: Settings,
+        topo: Topology,
+        *,
+        kafka_config: dict[str, Any] | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.settings = settings
+        self.topo = topo
+        self.job = cfg.job
+        self.key = topo.key(cfg.job)
+        self.errors = 0
+        self._pid = os.getpid()
+        self._closed = False
+        prefix = settings.topic_prefix
+        self.topics = {
+            s: topic_name(s, prefix) for s in ("raw.steps", "raw.kernels", "jobs", "control")
+        }
+        kconf = kafka_config if kafka_config is not None else settings.kafka_config()
+        self.producer = RecordProducer(
+            kconf,
+            max_records=cfg.max_queue_records,
+            max_bytes=cfg.max_queue_bytes,
+            message_timeout_ms=cfg.message_timeout_ms,
+        )
+        self._coords = dict(topo.coords)
+        self._groups = topo.groups()
+        # clocks -------------------------------------------------------------------------
+        self.cuda = False
+        try:
+            import torch
+
+            self.cuda = bool(torch.cuda.is_available())
+        except Exception:
+            pass
+        self._resolver: CudaResolver | None = None
+        self.clock: Any = CpuClock()
+        if self.cuda:
+            cuda_clock = CudaClock()
+            self.clock = cuda_clock
+            self._resolver = CudaResolver(cuda_clock, self._emit_resolved)
+        self.timer = self.clock.timer
+        # channels ------------------------------------------------------------------------
+        self.control = ControlState()
+        self.phases_on = cfg.phases
+        self.kernel_source: KernelSource | None = None
+        if cfg.kernels:
+            try:
+                self.kernel_source = make_kernel_source(
+                    cfg.kernels_backend, max_events=cfg.kernels_max_events
+                )
+                warm = getattr(self.kernel_source, "warm_up", None)
+                if warm is not None:
+                    warm()
+            except Exception as exc:
+                log.warning("argus collectors: kernel channel off: %r", exc)
+                self.kernel_source = None
+        continuous = bool(getattr(self.kernel_source, "continuous", False))
+        self._base_period = 1 if continuous else cfg.kernels_period_steps
+        self._active = 1 if continuous else cfg.kernels_active_steps
+        self.kernels_on = self.kernel_source is not None
+        self.budget = OverheadBudget(
+            cfg.overhead_budget, window_steps=max(100, 2 * self._base_period)
+        )
+        self.period = self._base_period
+        # step state ----------------------------------------------------------------------
+        self.step_index = -1
+        self.in_step = False
+        self.items: list[PhaseItem] = []
+        self.oh_ns = 0
+        self._step_mono = 0
+        self._step_wall = 0
+        self._step_ev: Any = None
+        self._window_open = False
+        self._window_first_step = 0
+        self._window_wall = 0
+        self._window_steps = 0
+        self._inactive_ns: deque[int] = deque(maxlen=32)
+        self.explicit_steps = False
+        self.steps_emitted = 0
+        self.backoff_events = 0
+        # side channels ---------------------------------------------------------------------
+        self._follower: ControlFollower | None = None
+        if cfg.control:
+            try:
+                self._follower = ControlFollower(kconf, self.topics["control"], self._on_command)
+            except Exception as exc:
+                log.warning("argus collectors: runtime control off: %r", exc)
+        if cfg.publish_topology:
+            self._publish_topology()
+
+    # -- marks and phases (training thread) ---------------------------------------------------
+    def mark(self, stream: Any = None) -> Any:
+        """A clock mark: ns (CPU) or a CUDA event recorded on ``stream`` (default: current)."""
+        return self.clock.mark(stream)
+
+    def add_phase(self, name: str, kind: str, mode: str, start: Any, end: Any) -> None:
+        """Record one span of phase ``name`` between two marks of :meth:`mark`."""
+        if self.phases_on:
+            self.items.append((name, kind, mode, start, end))
+
+    def charge(self, ns: int) -> None:
+        """Add ``ns`` of collector work on the training thread to the current step."""
+        self.oh_ns += ns
+
+    # -- steps (training thread) ---------------------------------------------------------------
+    def step_begin(self, step: int | None = None) -> None:
+        """Mark the start of a step (ends the previous one if still open)."""
+        try:
+            if self._closed or self._pid != os.getpid():
+                return
+            if self.in_step:
+                self.step_end()
+        except Exception:
+            self.errors += 1
+        t0 = _perf()
+        try:
+            self.step_index = self.step_index + 1 if step is None else int(step)
+            self.in_step = True
+            self.items = []
+            self._step_wall = _wall()
+            self._step_mono = _perf()
+            if self.cuda:
+                self._step_ev = self.clock.mark()
+            self._maybe_open_window()
+        except Exception:
+            self.errors += 1
+        self.oh_ns = _perf() - t0
+
+    def step_end(self) -> None:
+        """Mark the end of the current step and queue its records."""
+        t0 = _perf()
+        try:
+            if not self.in_step or self._closed or self._pid != os.getpid():
+                return
+            self.in_step = False
+            dur = t0 - self._step_mono
+            was_window = self._window_open
+            if was_window:
+                self._window_steps += 1
+                if self._window_steps >= self._active_now() or not self.kernels_on:
+                    self._close_window()
+                # the profiler's cost is inside the ops it instruments: estimate it as the
+                # inflation of this step over recent steps without a window
+                if self._inactive_ns:
+                    base = sorted(self._inactive_ns)[len(self._inactive_ns) // 2]
+                    self.oh_ns += max(0, dur - base)
+            else:
+                self._inactive_ns.append(dur)
+            oh = self.oh_ns + (_perf() - t0)
+            if self.phases_on:
+                self._queue_step(dur, oh)
+            decision = self.budget.observe(oh, max(dur, 1))
+            if decision.changed:
+                self._apply_level(decision.level, decision.ratio)
+        except Exception:
+            self.errors += 1
+
+    def _queue_step(self, dur_ns: int, oh_ns: int) -> None:
+        items = self.items
+        self.items = []
+        meta = (self.step_index, self._step_wall, self._step_mono, oh_ns)
+        if self._resolver is not None:
+            end_ev = self.clock.mark()
+            self._resolver.submit(meta, self._step_ev, end_ev, items)
+            return
+        size = STEP_RECORD_BYTES + PHASE_BYTES * len(items)
+        self.producer.submit(
+            self.topics["raw.steps"],
+            self.key,
+            "step_record",
+            lambda: self._step_record(meta, items, dur_ns),
+            size,
+        )
+        self.steps_emitted += 1
+
+    def _emit_resolved(self, meta: Any, phases: list[tuple[str, str, int, int]], dur: int) -> None:
+        # resolver thread: phase offsets are already relative to the step start event
+        step, wall, _mono, oh = meta
+        rec = self._record_dict(step, wall, dur, oh, [(n, k, wall + s, d) for n, k, s, d in phases])
+        self.producer.submit(
+            self.topics["raw.steps"],
+            self.key,
+            "step_record",
+            rec,
+            STEP_RECORD_BYTES + PHASE_BYTES * len(phases),
+        )
+        self.steps_emitted += 1
+
+    def _step_record(self, meta: Any, items: list[PhaseItem], dur_ns: int) -> dict[str, Any]:
+        # delivery thread
+        step, wall, mono, oh = meta
+        phases = [(n, k, wall + (s - mono), d) for n, k, s, d in aggregate_phases(items)]
+        return self._record_dict(step, wall, dur_ns, oh, phases)
+
+    def _record_dict(
+        self, step: int, wall: int, dur: int, oh: int, phases: list[tuple[str, str, int, int]]
+    ) -> dict[str, Any]:
+        p = self.producer
+        return {
+            "job": self.job,
+            "rank": self.topo.rank,
+            "step": step,
+            "start_ns": wall,
+            "end_ns": wall + dur,
+            "host": self.topo.host,
+            "coords": self._coords,
+            "phases": [
+                {"name": n, "stream_kind": k, "start_ns": s, "duration_ns": d, "timer": self.timer}
+                for n, k, s, d in phases
+            ],
+            "collector": {
+                "overhead_ns": oh,
+                "dropped_records": p.dropped_records,
+                "dropped_bytes": p.dropped_bytes,
+                "errors": self.errors + p.errors,
+                "queue_depth": p.queue_depth,
+                "backed_off": self.budget.backed_off,
+            },
+        }
+
+    # -- kernel windows --------------------------------------------------------------------------
+    def _active_now(self) -> int:
+        return 1 if self.control.drilling(_wall()) else self._active
+
+    def _period_now(self) -> int:
+        return 1 if self.control.drilling(_wall()) else self.period
+
+    def _maybe_open_window(self) -> None:
+        if not self.kernels_on or self._window_open or self.kernel_source is None:
+            return
+        period = self._period_now()
+        if self.step_index % period != 0:
+            return
+        src = self.kernel_source
+        if hasattr(src, "continuous"):
+            src.continuous = period == 1
+        src.start_window()
+        self._window_open = True
+        self._window_first_step = self.step_index
+        self._window_wall = self._step_wall
+        self._window_steps = 0
+
+    def _close_window(self) -> None:
+        src = self.kernel_source
+        self._window_open = False
+        if src is None:
+            return
+        build = src.end_window()
+        first, wstart, wend = self._window_first_step, self._window_wall, _wall()
+        self.producer.submit(
+            self.topics["raw.kernels"],
+            self.key,
+            "kernel_batch",
+            lambda: self._kernel_record(build, first, wstart, wend),
+            KERNEL_BATCH_BYTES,
+        )
+
+    def _kernel_record(
+        self, build: Callable[[], KernelColumns | None], window_id: int, start_ns: int, end_ns: int
+    ) -> dict[str, Any] | None:
+        cols = build()
+        if cols is None:
+            return None
+        return {
+            "job": self.job,
+            "rank": self.topo.rank,
+            "window_id": window_id,
+            "window_start_ns": start_ns,
+            "window_end_ns": end_ns,
+            "host": self.topo.host,
+            "coords": self._coords,
+            "source": getattr(self.kernel_source, "source", "cpu_ops"),
+            "names": cols.names,
+            "name_idx": pack(cols.name_idx, "uint32"),
+            "stream": pack(cols.stream, "uint32"),
+            "start_ns": pack(cols.start_ns, "int64"),
+            "duration_ns": pack(cols.duration_ns, "int64"),
+            "streams": cols.streams,
+            "dropped": int(cols.dropped),
+        }
+
+    # -- budget and control ------------------------------------------------------------------------
+    def _apply_level(self, level: int, ratio: float) -> None:
+        self.backoff_events += 1
+        self.period = self._base_period * (2**level)
+        if level:
+            log.warning(
+                "argus collectors: overhead %.2f%% of step time is over the %.2f%% budget; "
+                "backing off (level %d: kernel window every %d steps)",
+                100 * ratio,
+                100 * self.cfg.overhead_budget,
+                level,
+                self.period,
+            )
+        else:
+            log.warning(
+                "argus collectors: overhead %.3f%% is back under budget; full rate "
+                "(kernel window every %d steps)",
+                100 * ratio,
+                self.period,
+            )
+
+    def _on_command(self, cmd: dict[str, Any]) -> None:
+        # control thread: only plain attribute writes, read by the training thread at step ends
+        if not addresses(cmd, job=self.job, rank=self.topo.rank, groups=self._groups):
+            return
+        self.control.apply(cmd)
+        self.phases_on = self.control.is_on("phases", self.cfg.phases)
+        self.kernels_on = self.kernel_source is not None and self.control.is_on(
+            "kernels", self.cfg.kernels
+        )
+        duty = self.control.rate.get("kernels")
+        if duty:
+            self._base_period = max(1, round(self._active / duty))
+            self.period = self._base_period * (2**self.budget.level)
+        log.info(
+            "argus collectors: applied control %s %s (rank %d)",
+            cmd["action"],
+            cmd["channel"],
+            self.topo.rank,
+        )
+
+    def _publish_topology(self) -> None:
+        for key, rec in topology_records(self.job, self.topo, _wall(), __version__):
+            self.producer.submit(
+                self.topics["jobs"], key, "job_topology", rec, 256 + 64 * len(rec["ranks"])
+            )
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    def close(self, timeout_s: float = 5.0) -> None:
+        """End the open step, flush for at most ``timeout_s``, stop the threads."""
+        if self._closed or self._pid != os.getpid():
+            return
+        try:
+            if self.in_step:
+                self.step_end()
+            if self._window_open:
+                self._close_window()
+            if self.kernel_source is not None:
+                self.kernel_source.close()
+            if self._resolver is not None:
+                self._resolver.close()
+            if self._follower is not None:
+                self._follower.close()
+        except Exception:
+            self.errors += 1
+        self._closed = True
+        self.producer.close(timeout_s)
+
+    def forked(self) -> None:
+        """Called in a forked child: become inert (no threads exist there)."""
+        self._closed = True
+        self.phases_on = False
+        self.kernels_on = False
