@@ -19,6 +19,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     # name: (module:attribute, one-line help shown in `argus --help`)
     "kafka": ("argus.commands.kafka:kafka", "Run a local Apache Kafka broker (up/down/status)."),
     "topics": ("argus.commands.kafka:topics", "Create or list the argus topics."),
+    "collect": ("argus.commands.collect:collect", "Collector sidecars (py-spy stacks)."),
+    "control": ("argus.commands.control:control", "Send runtime commands to running collectors."),
 }
 
 

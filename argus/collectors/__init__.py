@@ -172,7 +172,10 @@ def start(
         if cfg.stacks:
             state_dir = settings.state_dir
             if register_process(
-                state_dir, ProcessEntry(cfg.job, topo.rank, topo.pid, topo.host, time.time_ns())
+                state_dir,
+                ProcessEntry(
+                    cfg.job, topo.rank, topo.pid, topo.host, time.time_ns(), topo.groups()
+                ),
             ):
                 atexit.register(unregister_process, state_dir, topo.pid)
         atexit.register(shutdown)

@@ -25,6 +25,9 @@ max_queue_bytes             33554432   producer queue bound, bytes (32 MiB)
 message_timeout_ms          30000      give up on (and count) a record the broker did not take
 control                     true       follow runtime commands on the control topic
 publish_topology            true       publish the job layout to the jobs topic at start
+stacks_rate_hz              1.0        sidecar: py-spy dumps per second per process
+stacks_window_s             10.0       sidecar: window of one stack_batch record, seconds
+stacks_drill_rate_hz        10.0       sidecar: rate during a drill-down
 ==========================  =========  ==========================================================
 """
 
@@ -61,6 +64,9 @@ class CollectorConfig:
     message_timeout_ms: int = 30_000
     control: bool = True
     publish_topology: bool = True
+    stacks_rate_hz: float = 1.0
+    stacks_window_s: float = 10.0
+    stacks_drill_rate_hz: float = 10.0
 
     @property
     def kernels_duty_cycle(self) -> float:
@@ -97,6 +103,11 @@ class CollectorConfig:
                 "collectors.kernels_active_steps must be <= kernels_period_steps, got "
                 f"{self.kernels_active_steps} > {self.kernels_period_steps}"
             )
+        for name in ("stacks_rate_hz", "stacks_window_s", "stacks_drill_rate_hz"):
+            if not getattr(self, name) > 0:
+                raise CollectorConfigError(
+                    f"collectors.{name} must be > 0, got {getattr(self, name)!r}"
+                )
         if not 0.0 < self.overhead_budget < 1.0:
             raise CollectorConfigError(
                 f"collectors.overhead_budget is a fraction of step time in (0, 1), "

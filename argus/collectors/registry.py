@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 __all__ = ["ProcessEntry", "list_processes", "register_process", "unregister_process"]
@@ -23,6 +23,7 @@ class ProcessEntry:
     pid: int
     host: str
     started_ns: int
+    groups: dict[str, str] = field(default_factory=dict)
 
 
 def _dir(state_dir: Path) -> Path:
