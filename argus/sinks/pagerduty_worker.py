@@ -564,6 +564,17 @@ class _Metrics:
         )
 
 
+_METRICS: dict[int, _Metrics] = {}
+
+
+def _metrics_for(registry: Any) -> _Metrics:
+    """One set of counters per registry (a registry rejects a second registration)."""
+    m = _METRICS.get(id(registry))
+    if m is None:
+        m = _METRICS[id(registry)] = _Metrics(registry)
+    return m
+
+
 def run_pagerduty_sink(
     settings: Settings,
     *,
@@ -612,7 +623,7 @@ def run_pagerduty_sink(
     """
     cfg = config or PagerDutyConfig.from_settings(settings, env)
     stats = stats if stats is not None else PagerDutyStats()
-    metrics = _Metrics(metrics_registry) if metrics_registry is not None else None
+    metrics = _metrics_for(metrics_registry) if metrics_registry is not None else None
     sink = _Sink(
         settings,
         cfg,

@@ -347,6 +347,14 @@ def test_collector_example_configures_the_trainer_by_environment() -> None:
     assert any(k.startswith("ARGUS_COLLECTORS__") for k in env)
     side_env = {e["name"]: e.get("value") for e in containers["argus-stacks"]["env"]}
     assert side_env["ARGUS_JOB"] == env["ARGUS_JOB"]
+    # the sidecar finds the trainer's processes in the registry under the shared state dir
+    state = env["ARGUS_STATE_DIR"]
+    assert side_env["ARGUS_STATE_DIR"] == state
+    vols = [
+        {m["name"] for m in c["volumeMounts"] if m["mountPath"] == state}
+        for c in (containers["trainer"], containers["argus-stacks"])
+    ]
+    assert vols[0] and vols[0] == vols[1]
     assert containers["argus-stacks"]["image"] == IMAGE
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+from prometheus_client import CollectorRegistry
 
 from argus.config import ConfigError, Settings, load_settings
 from argus.schemas.codec import Codec
@@ -297,7 +298,8 @@ def test_trigger_resolve_dedup_retries_and_dlq(
         ],
     )
     cfg = sink_config(s, pd.url, min_severity="warning")
-    t, stop, stats, errors = run_in_thread(s, cfg, max_messages=7)
+    registry = CollectorRegistry()
+    t, stop, stats, errors = run_in_thread(s, cfg, max_messages=7, metrics_registry=registry)
     t.join(90)
     stop.set()
     assert not t.is_alive(), f"sink did not finish; PagerDuty saw {pd.seen()}"
@@ -330,6 +332,10 @@ def test_trigger_resolve_dedup_retries_and_dlq(
     assert stats.dead_lettered == 2 and stats.filtered == 1
 
     assert committed(s, cfg.group_id, alerts) == 7
+    sample = registry.get_sample_value
+    assert sample("argus_pagerduty_requests_total", {"action": "trigger", "status": "429"}) == 1
+    assert sample("argus_pagerduty_requests_total", {"action": "trigger", "status": "202"}) == 3
+    assert sample("argus_pagerduty_dead_lettered_total", {"error_type": "pagerduty-400"}) == 1
     dlq = [
         codec.decode_as("dlq_record", v) for v in read_all(s, topic_name("dlq", topic_prefix), 2)
     ]
