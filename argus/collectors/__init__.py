@@ -208,18 +208,30 @@ def instrument(
     from argus.collectors import hooks
 
     handles: list[Any] = []
+
+    def attempt(what: str, fn: Callable[[], Any]) -> None:
+        try:
+            got = fn()
+            if isinstance(got, list):
+                handles.extend(got)
+        except Exception as exc:  # never raise into the training script
+            col.errors += 1
+            log.warning("argus collectors: could not instrument %s: %r", what, exc)
+
     if model is not None:
-        handles += hooks.instrument_model(col, model)
+        attempt("the model", lambda: hooks.instrument_model(col, model))
     if phases:
-        handles += hooks.instrument_modules(col, phases)
+        attempt("the phase modules", lambda: hooks.instrument_modules(col, phases))
     if optimizer is not None:
-        handles += hooks.instrument_optimizer(
-            col, optimizer, auto_step=auto_step if auto_step is not None else True
+        step_auto = auto_step if auto_step is not None else True
+        attempt(
+            "the optimizer",
+            lambda: hooks.instrument_optimizer(col, optimizer, auto_step=step_auto),
         )
         if auto_step is not False and not col.in_step:
             col.step_begin()
     if ddp is not None:
-        hooks.instrument_ddp(col, ddp)
+        attempt("DDP", lambda: hooks.instrument_ddp(col, ddp))
     return handles
 
 

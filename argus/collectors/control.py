@@ -192,6 +192,7 @@ class ControlFollower:
             "auto.offset.reset": "earliest",
             "enable.partition.eof": False,
             "socket.connection.setup.timeout.ms": 10_000,
+            "log_level": 2,
         }
         self._on_command = on_command
         self._poll_s = poll_s

@@ -183,7 +183,8 @@ def instrument_ddp(
     """
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
-    def hook(state: Any, bucket: Any) -> Any:
+    # DDP checks the hook's annotations against GradBucket / Future[Tensor]; leave them off.
+    def hook(state, bucket):
         fut = allreduce_hook(state, bucket)
         return collective_phase(col, name, fut)
 

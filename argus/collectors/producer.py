@@ -107,6 +107,9 @@ class RecordProducer:
             "message.timeout.ms": message_timeout_ms,
             "socket.connection.setup.timeout.ms": min(10_000, message_timeout_ms),
             "error_cb": self._on_client_error,
+            # librdkafka would print every failed reconnect to stderr; errors reach error_cb,
+            # which logs them rate-limited instead
+            "log_level": 2,
         }
         self._producer = Producer(conf)
         self._thread = threading.Thread(target=self._run, name="argus-producer", daemon=True)

@@ -363,6 +363,23 @@ class Collector:
         if not addresses(cmd, job=self.job, rank=self.topo.rank, groups=self._groups):
             return
         self.control.apply(cmd)
+        self._refresh_channels()
+        log.info(
+            "argus collectors: applied control %s %s (rank %d)",
+            cmd["action"],
+            cmd["channel"],
+            self.topo.rank,
+        )
+
+    def set_channels(self, *, phases: bool | None = None, kernels: bool | None = None) -> None:
+        """Switch channels at runtime, as an ``enable``/``disable`` command would."""
+        if phases is not None:
+            self.control.enabled["phases"] = phases
+        if kernels is not None:
+            self.control.enabled["kernels"] = kernels
+        self._refresh_channels()
+
+    def _refresh_channels(self) -> None:
         self.phases_on = self.control.is_on("phases", self.cfg.phases)
         self.kernels_on = self.kernel_source is not None and self.control.is_on(
             "kernels", self.cfg.kernels
@@ -371,12 +388,6 @@ class Collector:
         if duty:
             self._base_period = max(1, round(self._active / duty))
             self.period = self._base_period * (2**self.budget.level)
-        log.info(
-            "argus collectors: applied control %s %s (rank %d)",
-            cmd["action"],
-            cmd["channel"],
-            self.topo.rank,
-        )
 
     def _publish_topology(self) -> None:
         for key, rec in topology_records(self.job, self.topo, _wall(), __version__):

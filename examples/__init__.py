@@ -1,0 +1,1 @@
+"""Runnable examples (not part of the installed package)."""

@@ -1,0 +1,107 @@
+"""The producer drops and counts instead of blocking; it never raises; it survives fork."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from argus.collectors.producer import RecordProducer
+from argus.config import Settings
+from argus.topics import topic_name
+from tests.collectors.helpers import closed_port, consume
+
+DLQ = {"source_topic": "t", "value": b"x" * 100, "error_type": "E", "reason": "r", "failed_ns": 1}
+
+
+def test_unreachable_broker_drops_and_counts_without_blocking() -> None:
+    p = RecordProducer(
+        {"bootstrap.servers": f"127.0.0.1:{closed_port()}"},
+        max_records=50,
+        max_bytes=1 << 20,
+        message_timeout_ms=1000,
+    )
+    try:
+        worst = 0
+        for _ in range(5000):
+            t0 = time.perf_counter_ns()
+            p.submit("argus.dlq", b"k", "dlq_record", DLQ, 150)
+            worst = max(worst, time.perf_counter_ns() - t0)
+        assert worst < 20_000_000, f"submit blocked for {worst / 1e6:.1f} ms"
+        # bounded: at most max_records in our queue plus max_records in librdkafka's
+        assert p.queue_depth <= 2 * 50
+        deadline = time.monotonic() + 10
+        while p.dropped_records < 5000 - 2 * 50 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert p.dropped_records >= 5000 - 2 * 50
+        assert p.dropped_bytes > 0
+        assert p.delivered == 0
+    finally:
+        t0 = time.monotonic()
+        p.close(timeout_s=0.5)
+        assert time.monotonic() - t0 < 5
+    # what was still queued at close is counted too: nothing vanishes silently
+    assert p.dropped_records == 5000
+
+
+def test_byte_bound_evicts_oldest() -> None:
+    p = RecordProducer(
+        {"bootstrap.servers": f"127.0.0.1:{closed_port()}"},
+        max_records=10_000,
+        max_bytes=10_000,
+        drain_interval_s=60,
+    )
+    try:
+        for _ in range(100):
+            p.submit("argus.dlq", b"k", "dlq_record", DLQ, 1000)
+        assert p._queued_bytes <= 10_000
+        assert p.dropped_records >= 90 and p.dropped_bytes >= 90_000
+    finally:
+        p.close(timeout_s=0.2)
+
+
+def test_bad_record_and_failing_thunk_are_counted_not_raised() -> None:
+    p = RecordProducer({"bootstrap.servers": f"127.0.0.1:{closed_port()}"}, drain_interval_s=0.01)
+    try:
+        assert p.submit("argus.dlq", b"k", "dlq_record", {"nope": 1}, 10)
+
+        def boom() -> dict:
+            raise RuntimeError("thunk failed")
+
+        assert p.submit("argus.dlq", b"k", "dlq_record", boom, 10)
+        deadline = time.monotonic() + 5
+        while p.errors < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert p.errors == 2 and p.dropped_records >= 2
+    finally:
+        p.close(timeout_s=0.2)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_forked_child_gets_an_inert_producer() -> None:
+    p = RecordProducer({"bootstrap.servers": f"127.0.0.1:{closed_port()}"})
+    try:
+        pid = os.fork()
+        if pid == 0:  # child: must not block, raise or publish
+            ok = p.submit("argus.dlq", b"k", "dlq_record", DLQ, 10)
+            p.close(timeout_s=0.1)
+            os._exit(0 if ok is False and p.queue_depth == 0 else 1)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert p.submit("argus.dlq", b"k", "dlq_record", DLQ, 10)  # parent unaffected
+    finally:
+        p.close(timeout_s=0.2)
+
+
+@pytest.mark.kafka
+def test_delivers_to_the_real_broker(kafka: Settings, topic_prefix: str) -> None:
+    topic = topic_name("dlq", topic_prefix)
+    p = RecordProducer(kafka.kafka_config())
+    for i in range(10):
+        p.submit(topic, f"k{i}".encode(), "dlq_record", lambda i=i: {**DLQ, "failed_ns": i}, 150)
+    assert p.flush(15) == 0
+    p.close()
+    assert p.delivered == 10 and p.dropped_records == 0
+    got = consume(kafka, topic, 10)
+    assert sorted(r["failed_ns"] for _, r in got) == list(range(10))
