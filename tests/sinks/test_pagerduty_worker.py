@@ -131,6 +131,7 @@ class FakePagerDuty:
                     if errs:
                         status = 400
                     fake.received.append(Received(body, status, time.monotonic()))
+                reply: dict[str, Any]
                 if status == 202:
                     reply = {"status": "success", "message": "Event processed", "dedup_key": dedup}
                 elif status == 400:
