@@ -1,0 +1,69 @@
+"""Kernel windows: columnar packing, and CPU op events arriving as kernel batches on Kafka."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import argus.collectors as ac
+from argus.collectors.kernels import columns_from_events
+from argus.config import Settings
+from argus.schemas import unpack
+from argus.topics import topic_name
+from tests.collectors.helpers import consume
+
+
+def test_columns_dictionary_and_cap() -> None:
+    evs = [
+        ("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 7, 100, 5),
+        ("gemm", 3, 90, 2),
+        ("gemm", 3, 120, 3),
+        ("gemm", 3, 130, 4),
+    ]
+    cols = columns_from_events(evs, max_events=3)
+    assert cols.names == ["ncclDevKernel_AllReduce_Sum_f32_RING_LL", "gemm"]
+    assert cols.name_idx.tolist() == [0, 1, 1]
+    assert cols.stream.tolist() == [7, 3, 3]
+    assert cols.duration_ns.dtype == np.int64 and cols.duration_ns.tolist() == [5, 2, 3]
+    assert cols.dropped == 1
+    kinds = {s["id"]: s["kind"] for s in cols.streams}
+    assert kinds == {3: "compute", 7: "comm"}  # the NCCL stream is recognised by its kernels
+
+
+@pytest.mark.kafka
+def test_cpu_op_events_arrive_as_kernel_batches(prefixed: Settings) -> None:
+    torch = pytest.importorskip("torch")
+    m = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
+    col = ac.start(
+        job="kern-test",
+        settings=prefixed,
+        kernels_backend="cpu_ops",
+        kernels_period_steps=2,
+        control=False,
+        publish_topology=False,
+    )
+    assert col.kernel_source is not None and col.kernel_source.source == "cpu_ops"
+    for i in range(6):  # windows at steps 0, 2, 4
+        with ac.step(i):
+            m(torch.randn(16, 32)).sum().backward()
+    ac.shutdown()
+    got = consume(prefixed, topic_name("raw.kernels", prefixed.topic_prefix), 3)
+    assert [r["window_id"] for _, r in got] == [0, 2, 4]
+    for key, r in got:
+        assert key == b"kern-test/0" and r["source"] == "cpu_ops" and r["dropped"] == 0
+        idx = unpack(r["name_idx"], "uint32")
+        start = unpack(r["start_ns"], "int64")
+        dur = unpack(r["duration_ns"], "int64")
+        stream = unpack(r["stream"], "uint32")
+        n = len(idx)
+        assert n > 10 and len(start) == len(dur) == len(stream) == n
+        assert int(idx.max()) < len(r["names"])
+        names = {r["names"][i] for i in idx}
+        assert {"aten::addmm", "aten::relu"} <= names or {"aten::linear"} <= names
+        assert (dur >= 0).all()
+        # events lie inside the window (epoch ns), in time order
+        assert r["window_start_ns"] <= int(start.min())
+        assert int(start.max()) <= r["window_end_ns"]
+        assert (np.diff(start) >= 0).all()
+        assert {s["id"] for s in r["streams"]} == set(stream.tolist())
+        assert "compute" in {s["kind"] for s in r["streams"]}
