@@ -100,8 +100,16 @@ class L2Config:
     pair_ratio : float
         Groups of 2 ranks have no robust spread; the slower is named when
         ``slower / faster >= pair_ratio``. 1.5 (ours).
+    min_abs_ms : float
+        ... and differs from the group median by at least this much, ms per step. 1.0 (ours:
+        below 1 ms per step a phase-level verdict is not actionable, and pipeline/collective
+        waits of a few hundred us are noise).
     min_steps : int
         Steps with data a rank needs in the window to be judged. 1 (ours).
+    late_step_share : float
+        A late arrival must have shortened its collective by at least this fraction of the
+        median iteration time (when the window carries iteration times). 0.05 (ours: waits
+        of a few % of a step are the normal spread of arrivals).
     late_arrival : bool
         Name ranks whose *collective* phase is markedly shorter than the group's (they
         arrived late; their peers waited, paper case 5). True (paper case 5).
@@ -112,12 +120,14 @@ class L2Config:
     cv: float = 0.15
     mad_floor: float = 0.01
     pair_ratio: float = 1.5
+    min_abs_ms: float = 1.0
     min_steps: int = 1
+    late_step_share: float = 0.05
     late_arrival: bool = True
 
     def __post_init__(self) -> None:
         _positive(self, "z", "mad_floor", "min_steps")
-        _at_least(self, 0.0, "min_excess", "cv")
+        _at_least(self, 0.0, "min_excess", "cv", "min_abs_ms", "late_step_share")
         _at_least(self, 1.0, "pair_ratio")
 
 
@@ -134,6 +144,10 @@ class L3Config:
         ... and ``score >= min_rel_w1 * mean(Q_ref)``, i.e. the rank's W1 to the reference is
         at least this fraction of the reference mean duration. 0.10 (ours: the fence alone
         flags ~0.7 % of a healthy normal population, i.e. ~28 of 4,096 ranks).
+    min_rel_w1_comm : float
+        ``min_rel_w1`` for collective kernels (NCCL, comm/p2p streams). 1.0 (ours: a
+        collective kernel's duration includes waiting for its peers, so it varies across
+        ranks by its own size; only a collective at least ~2x slower is named).
     min_median_ratio : float
         ... and ``score >= min_median_ratio * median(score)``. 2.0 (DUO's extra gate).
     n_probs : int
@@ -146,6 +160,9 @@ class L3Config:
         population). 4 (ours).
     min_groups : int
         Group-vs-group comparison needs at least this many groups. 3 (ours).
+    skip_stream_kinds : tuple of str
+        Streams whose kernels L3 does not judge. ``("p2p",)`` (ours: pipeline send/recv
+        kernel time is the pipeline bubble, i.e. waiting; L2 judges it per PP chain).
     match_stream : bool
         Compare a kernel only with the same stream id on other ranks (paper: per
         (kernel, stream)). Set False when stream ids differ between ranks. True.
@@ -153,15 +170,17 @@ class L3Config:
 
     iqr_alpha: float = 1.5
     min_rel_w1: float = 0.10
+    min_rel_w1_comm: float = 1.0
     min_median_ratio: float = 2.0
     n_probs: int = 64
     pairwise_max: int = 64
     min_ranks: int = 4
     min_groups: int = 3
+    skip_stream_kinds: tuple[str, ...] = ("p2p",)
     match_stream: bool = True
 
     def __post_init__(self) -> None:
-        _at_least(self, 0.0, "iqr_alpha", "min_rel_w1", "min_median_ratio")
+        _at_least(self, 0.0, "iqr_alpha", "min_rel_w1", "min_rel_w1_comm", "min_median_ratio")
         _positive(self, "n_probs", "pairwise_max")
         _at_least(self, 2.0, "min_ranks", "min_groups")
 
@@ -276,6 +295,10 @@ def _coerce(raw: Any, default: Any, key: str) -> Any:
             return int(raw)
         if isinstance(default, float):
             return float(raw)
+        if isinstance(default, tuple):
+            if isinstance(raw, str):
+                return tuple(x.strip() for x in raw.split(",") if x.strip())
+            return tuple(str(x) for x in raw)
         if isinstance(default, Mapping):
             if not isinstance(raw, Mapping):
                 raise ValueError(raw)

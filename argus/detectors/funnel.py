@@ -117,9 +117,10 @@ def _rank_of_level(f: Finding) -> int:
 def _primary(findings: Sequence[Finding]) -> Finding:
     """L2 compute > L2 late arrival > L3 > L1; then by margin."""
 
-    def key(f: Finding) -> tuple[int, int, float]:
+    def key(f: Finding) -> tuple[int, int, int, float]:
         role = 0 if f.evidence.get("role") == "compute" else 1
-        return (_rank_of_level(f), role, -f.margin)
+        group = 0 if f.kind == "group_divergence" else 1
+        return (_rank_of_level(f), role, group, -f.margin)
 
     return min(findings, key=key)
 
@@ -128,24 +129,9 @@ def _overlaps(a: Finding, b: Culprit) -> bool:
     return a.window_start_step <= b.window_end_step and b.window_start_step <= a.window_end_step
 
 
-def join(findings: Sequence[Finding]) -> list[Culprit]:
-    """Join one window's findings into culprits.
-
-    Parameters
-    ----------
-    findings : sequence of Finding
-        L1, L2 and L3 findings of one job and one window (several jobs are kept apart).
-
-    Returns
-    -------
-    list of Culprit
-        Sorted by dedup key.
-    """
-    ranked = [f for f in findings if f.ranks and f.level in ("L2", "L3")]
-    grouped = [f for f in findings if not f.ranks and f.level in ("L2", "L3")]
-    l1 = [f for f in findings if f.level == "L1"]
-    # union-find over rank-bearing findings by shared (job, rank)
-    parent = list(range(len(ranked)))
+def _union(findings: Sequence[Finding]) -> list[list[Finding]]:
+    """Cluster findings that share a rank (union-find)."""
+    parent = list(range(len(findings)))
 
     def find(i: int) -> int:
         while parent[i] != i:
@@ -153,45 +139,155 @@ def join(findings: Sequence[Finding]) -> list[Culprit]:
             i = parent[i]
         return i
 
-    owner: dict[tuple[str, int], int] = {}
-    for i, f in enumerate(ranked):
+    owner: dict[int, int] = {}
+    for i, f in enumerate(findings):
         for r in f.ranks:
-            j = owner.setdefault((f.job, r), i)
+            j = owner.setdefault(r, i)
             if j != i:
                 parent[find(i)] = find(j)
     clusters: dict[int, list[Finding]] = {}
-    for i, f in enumerate(ranked):
+    for i, f in enumerate(findings):
         clusters.setdefault(find(i), []).append(f)
-    parts: list[list[Finding]] = list(clusters.values())
-    by_group: dict[tuple[str, str, str], list[Finding]] = {}
-    for f in grouped:
-        by_group.setdefault((f.job, f.group_kind, f.group_id), []).append(f)
-    parts.extend(by_group.values())
-    out = [_make(p) for p in parts]
-    used: set[int] = set()
-    for i, f in enumerate(l1):
-        for j, c in enumerate(out):
-            if c.job == f.job and _overlaps(f, c):
-                out[j] = _make([*c.findings, f])
-                used.add(i)
-    rest = [f for i, f in enumerate(l1) if i not in used]
-    by_kind: dict[tuple[str, str], list[Finding]] = {}
-    for f in rest:
-        by_kind.setdefault((f.job, f.kind), []).append(f)
-    out.extend(_make(p) for p in by_kind.values())
+    return list(clusters.values())
+
+
+def _members(fs: Sequence[Finding]) -> set[int]:
+    return {r for g in fs for r in json.loads(g.evidence.get("members", "[]"))}
+
+
+def _compute_ranks(cl: Sequence[Finding]) -> set[int]:
+    return {
+        r for f in cl if f.level == "L2" and f.evidence.get("role") == "compute" for r in f.ranks
+    }
+
+
+def join(findings: Sequence[Finding]) -> list[Culprit]:
+    """Join one window's findings into culprits.
+
+    Parameters
+    ----------
+    findings : sequence of Finding
+        L1, L2 and L3 findings of one window (several jobs are kept apart).
+
+    Returns
+    -------
+    list of Culprit
+        Sorted by dedup key.
+
+    Notes
+    -----
+    The rules, in order (per job):
+
+    1. L2 compute stragglers and L3 kernel divergences that share a rank form one culprit.
+    2. A cluster of L3 rank findings inside a divergent group (L3 group divergence) is that
+       group's symptom; a divergent group holding a rank L2 named for compute is that
+       straggler's symptom (its peers wait in the group's collectives); a group whose
+       *collectives* diverge while the window has a compute straggler is attached to the
+       strongest straggler (waiting propagates through collectives).
+    3. L2 late arrivals (a rank short in a collective) and L3 divergences of collective
+       kernels on single ranks are *propagated* waiting when the window has a compute
+       straggler: they are attached to the culprit sharing their ranks,
+       else to the strongest compute culprit. Without a compute straggler, late arrivals are
+       culprits themselves (a rank late for a reason no phase measured).
+    4. L1 windows attach to every culprit whose window they overlap; unexplained L1 windows
+       are job-level culprits, one per kind.
+    """
+    out: list[Culprit] = []
+    for job in sorted({f.job for f in findings}):
+        fs = [f for f in findings if f.job == job]
+        compute = [
+            f
+            for f in fs
+            if f.level == "L2" and f.evidence.get("role") != "late_arrival" and f.ranks
+        ]
+        late = [
+            f
+            for f in fs
+            if f.level == "L2" and f.evidence.get("role") == "late_arrival" and f.ranks
+        ]
+        k3 = [f for f in fs if f.level == "L3" and f.ranks]
+        by_group: dict[tuple[str, str], list[Finding]] = {}
+        for f in fs:
+            if f.level in ("L2", "L3") and not f.ranks:
+                by_group.setdefault((f.group_kind, f.group_id), []).append(f)
+        parts: list[list[Finding]] = []
+        k3_coll = [f for f in k3 if f.evidence.get("collective") == "true"]
+        k3 = [f for f in k3 if f.evidence.get("collective") != "true"]
+        for cl in _union([*compute, *k3]):
+            home = None
+            if not _compute_ranks(cl):
+                ranks = {r for f in cl for r in f.ranks}
+                home = next((g for g, gfs in by_group.items() if ranks <= _members(gfs)), None)
+            if home is None:
+                parts.append(cl)
+            else:
+                by_group[home].extend(cl)
+        with_compute = [cl for cl in parts if _compute_ranks(cl)]
+        strongest = (
+            max(with_compute, key=lambda cl: max(f.margin for f in cl)) if with_compute else None
+        )
+        for gkey in list(by_group):
+            members = _members(by_group[gkey])
+            host = next((cl for cl in parts if _compute_ranks(cl) & members), None)
+            if (
+                host is None
+                and strongest is not None
+                and all(f.evidence.get("collective") == "true" for f in by_group[gkey])
+            ):
+                host = strongest  # collectives slow while a straggler holds everyone up
+            if host is not None:
+                host.extend(by_group.pop(gkey))
+        if strongest is not None:
+            for f in [*late, *k3_coll]:
+                host = next(
+                    (cl for cl in parts if {r for g in cl for r in g.ranks} & set(f.ranks)),
+                    strongest,
+                )
+                host.append(f)
+        else:
+            for cl in _union([*late, *k3_coll]):
+                ranks = {r for f in cl for r in f.ranks}
+                host = next((p for p in parts if {r for g in p for r in g.ranks} & ranks), None)
+                if host is None:
+                    parts.append(cl)
+                else:
+                    host.extend(cl)
+        parts.extend(by_group.values())
+        made = [_make(p) for p in parts]
+        l1 = [f for f in fs if f.level == "L1"]
+        used: set[int] = set()
+        for i, f in enumerate(l1):
+            for j, c in enumerate(made):
+                if _overlaps(f, c):
+                    made[j] = _make([*c.findings, f])
+                    used.add(i)
+        by_kind: dict[str, list[Finding]] = {}
+        for i, f in enumerate(l1):
+            if i not in used:
+                by_kind.setdefault(f.kind, []).append(f)
+        made.extend(_make(p) for p in by_kind.values())
+        out.extend(made)
     out.sort(key=lambda c: c.dedup_key)
     return out
 
 
 def _make(fs: Sequence[Finding]) -> Culprit:
     prim = _primary(fs)
-    ranks = sorted({r for f in fs if f.level in ("L2", "L3") for r in f.ranks})
+    comp = _compute_ranks(fs)
+    if prim.kind == "group_divergence":
+        ranks: list[int] = []
+    elif comp:
+        ranks = sorted(comp)
+    elif any(f.level == "L3" and f.ranks for f in fs):
+        ranks = sorted({r for f in fs if f.level == "L3" for r in f.ranks})
+    else:
+        ranks = sorted({r for f in fs if f.level == "L2" for r in f.ranks})
     if prim.level == "L2":
         # a rank's compute bottleneck beats the collective it was late to
-        comp = [f for f in fs if f.level == "L2" and f.evidence.get("role") == "compute"]
-        if comp:
-            bott = [f for f in comp if json.loads(f.evidence.get("bottleneck", "[]"))]
-            phase = _primary(bott or comp).phase
+        comp_f = [f for f in fs if f.level == "L2" and f.evidence.get("role") == "compute"]
+        if comp_f:
+            bott = [f for f in comp_f if json.loads(f.evidence.get("bottleneck", "[]"))]
+            phase = _primary(bott or comp_f).phase
         else:
             phase = prim.phase
     else:

@@ -24,7 +24,14 @@ from argus.detectors.errors import DetectorInputError
 from argus.detectors.l2 import GroupWindow
 from argus.detectors.routing import Routing
 
-__all__ = ["JobSeries", "group_windows", "job_series", "route_record", "validate_step_record"]
+__all__ = [
+    "JobSeries",
+    "group_windows",
+    "job_series",
+    "nested_waits",
+    "route_record",
+    "validate_step_record",
+]
 
 
 @dataclass(frozen=True)
@@ -143,12 +150,38 @@ def route_record(
     return [(k, g, p) for (k, g), p in out.items()]
 
 
+def nested_waits(phases: Sequence[Mapping[str, Any]]) -> dict[int, float]:
+    """``{id(phase): ns}`` of p2p time nested inside each compute phase of one record.
+
+    The overlap of every p2p phase's ``[start, start + duration)`` with the compute phase's
+    span is subtracted. Overlapped collectives on comm streams are not
+    subtracted: they run beside the compute, not inside it.
+    """
+    waits = [
+        (int(p["start_ns"]), int(p["start_ns"]) + int(p["duration_ns"]))
+        for p in phases
+        if p.get("stream_kind") == "p2p"
+    ]
+    out: dict[int, float] = {}
+    if not waits:
+        return out
+    for p in phases:
+        if p.get("stream_kind", "compute") != "compute":
+            continue
+        a, b = int(p["start_ns"]), int(p["start_ns"]) + int(p["duration_ns"])
+        tot = sum(max(0, min(e, b) - max(s, a)) for s, e in waits)
+        if tot:
+            out[id(p)] = float(min(tot, b - a))
+    return out
+
+
 def group_windows(
     records: Iterable[Mapping[str, Any]],
     routing: Routing | None = None,
     *,
     job: str | None = None,
     kinds: Sequence[str] | None = None,
+    self_time: bool = True,
 ) -> list[GroupWindow]:
     """L2 inputs: one :class:`GroupWindow` per comparison group seen in ``records``.
 
@@ -161,6 +194,10 @@ def group_windows(
         Keep only this job (else all records must be of one job).
     kinds : sequence of str, optional
         Keep only these group kinds.
+    self_time : bool
+        Judge compute phases on their *self time*: their duration minus the p2p phases
+        nested inside them (pipeline receive waits block the compute stream, so a stage
+        waiting for a slow downstream stage would otherwise look slow itself, paper case 3).
 
     Returns
     -------
@@ -173,6 +210,7 @@ def group_windows(
     cells: dict[tuple[str, str], dict[tuple[int, int, str], float]] = defaultdict(dict)
     phase_kind: dict[tuple[str, str], dict[str, str]] = defaultdict(dict)
     spans: dict[tuple[str, str], list[int]] = {}
+    iters: dict[tuple[str, str], dict[tuple[int, int], float]] = defaultdict(dict)
     jobs: set[str] = set()
     for rec in records:
         if job is not None and rec.get("job") != job:
@@ -180,6 +218,7 @@ def group_windows(
         validate_step_record(rec)
         jobs.add(rec["job"])
         rk, st = int(rec["rank"]), int(rec["step"])
+        nested = nested_waits(rec["phases"]) if self_time else {}
         for kind, gid, phases in route_record(rec, routing):
             if kinds is not None and kind not in kinds:
                 continue
@@ -193,8 +232,9 @@ def group_windows(
                         f"duration_ns {dur!r}; must be >= 0"
                     )
                 ck = (rk, st, ph["name"])
-                c[ck] = c.get(ck, 0.0) + float(dur)
+                c[ck] = c.get(ck, 0.0) + float(dur) - nested.get(id(ph), 0.0)
                 phase_kind[key].setdefault(ph["name"], ph.get("stream_kind", "compute"))
+            iters[key][(rk, st)] = float(rec["end_ns"] - rec["start_ns"])
             sp = spans.setdefault(key, [int(rec["start_ns"]), int(rec["end_ns"])])
             sp[0] = min(sp[0], int(rec["start_ns"]))
             sp[1] = max(sp[1], int(rec["end_ns"]))
@@ -213,6 +253,9 @@ def group_windows(
         d = np.full((ranks.size, steps.size, len(names)), np.nan)
         for (rk, st, name), ns in c.items():
             d[ri[rk], si[st], pi[name]] = ns
+        it = np.full((ranks.size, steps.size), np.nan)
+        for (rk, st), ns in iters[key].items():
+            it[ri[rk], si[st]] = ns
         out.append(
             GroupWindow(
                 job=the_job,
@@ -225,6 +268,7 @@ def group_windows(
                 durations_ns=d,
                 start_ns=spans[key][0],
                 end_ns=spans[key][1],
+                iter_ns=it,
             )
         )
     return out

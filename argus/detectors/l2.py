@@ -15,8 +15,10 @@ collective, its peers wait inside it, so the late rank's collective looks *short
   ranks markedly *longer* are its waiting peers, the **victims**: reported as evidence,
   never as culprits.
 
-Groups of two ranks have no robust spread: the slower (compute) or shorter (collective) one
-is named when the ratio reaches ``pair_ratio``. Groups of one are not judged.
+Every named rank also differs from the group median by at least ``min_abs_ms``. Groups of
+two ranks have no robust spread: in a compute phase the slower one is named when the ratio
+reaches ``pair_ratio``; collectives of two ranks are not judged (either could have waited).
+Groups of one are not judged.
 """
 
 from __future__ import annotations
@@ -57,6 +59,9 @@ class GroupWindow:
         step or lacks the phase.
     start_ns, end_ns : int
         Event-time span of the window, ns since epoch.
+    iter_ns : (R, S) float64 array, optional
+        Iteration time of each rank and step, ns (NaN: missing); scales the late-arrival
+        gate.
     """
 
     job: str
@@ -69,6 +74,7 @@ class GroupWindow:
     durations_ns: np.ndarray
     start_ns: int = 0
     end_ns: int = 0
+    iter_ns: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         d = np.asarray(self.durations_ns, dtype=np.float64)
@@ -82,6 +88,11 @@ class GroupWindow:
         if np.any(d[np.isfinite(d)] < 0):
             raise DetectorInputError("durations_ns has negative values")
         object.__setattr__(self, "durations_ns", d)
+        if self.iter_ns is not None:
+            it = np.asarray(self.iter_ns, dtype=np.float64)
+            if it.shape != (r, s):
+                raise DetectorInputError(f"iter_ns has shape {it.shape}, expected ({r}, {s})")
+            object.__setattr__(self, "iter_ns", it)
         object.__setattr__(self, "ranks", np.asarray(self.ranks, dtype=np.int64))
         object.__setattr__(self, "steps", np.asarray(self.steps, dtype=np.int64))
 
@@ -163,6 +174,9 @@ def detect(win: GroupWindow, cfg: L2Config | None = None) -> list[Finding]:
     """
     cfg = cfg or L2Config()
     out: list[Finding] = []
+    late_gate = cfg.min_abs_ms * 1e6
+    if win.iter_ns is not None and np.isfinite(win.iter_ns).any():
+        late_gate = max(late_gate, cfg.late_step_share * float(np.nanmedian(win.iter_ns)))
     per_rank_best: dict[int, tuple[float, str]] = {}
     pending: list[tuple[str, str, list[int], float, float, float, float, dict[str, str]]] = []
     for j, (phase, sk) in enumerate(zip(win.phases, win.stream_kinds, strict=True)):
@@ -173,28 +187,29 @@ def detect(win: GroupWindow, cfg: L2Config | None = None) -> list[Finding]:
         v = st.values
         named: np.ndarray
         if st.n_valid == 2:
+            if collective:
+                continue  # two ranks cannot say who waited for whom
             idx = np.flatnonzero(np.isfinite(v))
             lo, hi = (idx[0], idx[1]) if v[idx[0]] <= v[idx[1]] else (idx[1], idx[0])
             ratio = v[hi] / max(v[lo], 1e-9)
-            if ratio < cfg.pair_ratio:
+            if ratio < cfg.pair_ratio or (v[hi] - v[lo]) < cfg.min_abs_ms * 1e6:
                 continue
-            if collective and not cfg.late_arrival:
-                continue
-            pick = lo if collective else hi
-            named = np.array([pick])
+            named = np.array([hi])
             score, thr = float(ratio), cfg.pair_ratio
-            victims = [int(win.ranks[hi])] if collective else []
+            victims = []
         else:
             if collective:
                 if not cfg.late_arrival:
                     continue
-                sel = (st.z <= -cfg.z) & (-st.excess >= cfg.min_excess)
+                sel = (
+                    (st.z <= -cfg.z) & (-st.excess >= cfg.min_excess) & (st.median - v >= late_gate)
+                )
                 vic = (st.z >= cfg.z) & (st.excess >= cfg.min_excess)
                 victims = [int(r) for r in win.ranks[vic]]
             else:
                 sel = (st.z >= cfg.z) & (st.excess >= cfg.min_excess)
                 victims = []
-            sel &= np.isfinite(st.z)
+            sel &= np.isfinite(st.z) & (np.abs(v - st.median) >= cfg.min_abs_ms * 1e6)
             named = np.flatnonzero(sel)
             if named.size == 0:
                 continue

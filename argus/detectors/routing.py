@@ -228,11 +228,15 @@ class Routing:
     ) -> tuple[str, str]:
         """``(group_kind, group_id)`` of a record's phase, from its coords alone."""
         kind = self.kind_of(phase, stream_kind)
-        return kind, group_id(coords, self.varies(kind))
+        return kind, self.group_for_kind(coords, kind)
 
     def group_for_kind(self, coords: Mapping[str, Any], kind: str) -> str:
         """Group id of ``coords`` in group kind ``kind``."""
-        return group_id(coords, self.varies(kind))
+        try:
+            key = tuple(sorted(coords.items()))
+            return _cached_group_id(key, self.varies(kind))
+        except TypeError:  # unhashable values: validate and compute directly
+            return group_id(coords, self.varies(kind))
 
     def expected_size(self, coords: Mapping[str, Any], kind: str) -> int:
         """Number of ranks a full group of ``kind`` holds, from the sizes in ``coords``."""
@@ -240,6 +244,11 @@ class Routing:
         for d in self.varies(kind):
             n *= _coord(coords, d, "size")
         return n
+
+
+@lru_cache(maxsize=65536)
+def _cached_group_id(key: tuple[tuple[str, Any], ...], varies: tuple[str, ...]) -> str:
+    return group_id(dict(key), varies)
 
 
 @lru_cache(maxsize=4096)
