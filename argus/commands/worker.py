@@ -1,0 +1,83 @@
+"""``argus worker ROLE...``: run stream-worker roles (faust agents) or the PagerDuty sink."""
+
+from __future__ import annotations
+
+import click
+
+from argus.cli import settings_from
+
+_ALL = ("compressor", "l1", "l2", "l3", "funnel", "stacks")
+
+
+@click.command()
+@click.argument(
+    "roles",
+    nargs=-1,
+    required=True,
+    type=click.Choice([*_ALL, "all", "pagerduty"], case_sensitive=False),
+)
+@click.option(
+    "--metrics-port",
+    type=int,
+    default=None,
+    envvar="ARGUS_METRICS_PORT",
+    help="serve Prometheus /metrics on 127.0.0.1:PORT (default: streams.metrics_port; 0 = off)",
+)
+@click.option(
+    "--loglevel",
+    default="warn",
+    show_default=True,
+    type=click.Choice(["crit", "error", "warn", "info", "debug"]),
+)
+@click.pass_context
+def worker(
+    ctx: click.Context, roles: tuple[str, ...], metrics_port: int | None, loglevel: str
+) -> None:
+    """Run one or more pipeline roles until interrupted (SIGINT/SIGTERM stop cleanly).
+
+    \b
+    ROLES: compressor  raw kernel batches -> KDE summaries (+ live fidelity figure)
+           l1          iteration time per job            -> argus.anomalies
+           l2          phases per parallelism group      -> argus.anomalies
+           l3          kernel distributions (W1)         -> argus.anomalies
+           funnel      anomalies -> one alert per culprit -> argus.alerts
+           stacks      py-spy stacks -> per-window summaries
+           all         every role above in one process
+           pagerduty   argus.alerts -> PagerDuty Events API v2 (runs alone)
+
+    Scale out by starting more workers with the same roles: they share the work by
+    partitions (consumer group = the app id).
+    """
+    from dataclasses import replace
+
+    settings = settings_from(ctx)
+    chosen = {r.lower() for r in roles}
+    if "pagerduty" in chosen:
+        if len(chosen) > 1:
+            raise click.UsageError("pagerduty runs alone: `argus worker pagerduty`")
+        import logging
+        import signal
+        import threading
+
+        from argus.sinks.pagerduty_worker import run_pagerduty_sink
+        from argus.streams import metrics
+
+        logging.basicConfig(level=logging.INFO)
+        stop = threading.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+        metrics.serve(metrics_port or 0)
+        run_pagerduty_sink(settings, stop_event=stop, metrics_registry=metrics.REGISTRY)
+        return
+    from argus.streams import metrics
+    from argus.streams.app import build_app
+    from argus.streams.pipeline_config import PipelineConfig
+
+    pcfg = PipelineConfig.from_mapping(settings.section("streams"))
+    if metrics_port is not None:
+        pcfg = replace(pcfg, metrics_port=metrics_port)
+    app, _ = build_app(settings, _ALL if "all" in chosen else chosen, pcfg=pcfg)
+    metrics.serve(pcfg.metrics_port)
+    import faust
+
+    faust.Worker(app, loglevel=loglevel, quiet=True).execute_from_commandline()

@@ -1,0 +1,1 @@
+"""Faust agents of each worker role (thin shells over the pure cores)."""

@@ -1,0 +1,255 @@
+"""The faust app of the stream workers: one factory, one role per agent family.
+
+``build_app(settings, roles)`` registers only the agents of the chosen roles, so each role
+can run alone (``argus worker l2``) and scale by partitions and consumer groups, or all in
+one process (``argus worker all``). The consumer group is the app id, ``<prefix>-<roles>``.
+
+Shape of every role (DESIGN.md):
+
+* a **router** agent on an external topic decodes each record (bad ones go to the DLQ with
+  the reason), and re-keys it onto an internal topic by the key its state needs (group, job);
+* a **window** agent on the internal topic keeps its state in faust tables (changelogs:
+  a restarted worker resumes where it was) and calls the pure detectors.
+
+Faust only lets an agent that is processing an event write a table, so grace periods are
+driven by *tick* messages that a timer sends to every partition of each internal topic;
+the window agent handles a tick like any event, in that partition's context.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import zlib
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import faust
+
+from argus.config import Settings
+from argus.schemas import Codec, DecodeError
+from argus.streams import metrics
+from argus.streams.pipeline_config import PipelineConfig
+from argus.topics import topic_name
+
+__all__ = ["ROLES", "Ctx", "build_app", "partition_of"]
+
+log = logging.getLogger("argus.streams")
+
+ROLES = ("compressor", "l1", "l2", "l3", "funnel", "stacks")
+TICK_KEY = b"\x00tick"
+
+
+def partition_of(key: str, partitions: int) -> int:
+    """Partition of a re-keyed record (stable across processes: CRC-32 of the key)."""
+    return zlib.crc32(key.encode()) % partitions
+
+
+@dataclass
+class Ctx:
+    """What every agent of one app shares: settings, codec, topics, config."""
+
+    app: faust.App
+    settings: Settings
+    pcfg: PipelineConfig
+    codec: Codec
+    worker: str
+    detectors: Any  # argus.detectors.config.DetectorsConfig
+    topics: dict[str, faust.TopicT] = field(default_factory=dict)
+    internal: dict[str, faust.TopicT] = field(default_factory=dict)
+
+    def topic(self, suffix: str) -> str:
+        return topic_name(suffix, self.settings.topic_prefix)
+
+    def external(self, suffix: str) -> faust.TopicT:
+        """A topic of the wire contract (raw bytes; created by ``argus topics create``)."""
+        if suffix not in self.topics:
+            self.topics[suffix] = self.app.topic(
+                self.topic(suffix), key_serializer="raw", value_serializer="raw"
+            )
+        return self.topics[suffix]
+
+    def internal_topic(self, name: str) -> faust.TopicT:
+        """A re-key topic owned by the pipeline (``<prefix>.internal.<name>``), one per name."""
+        if name in self.internal:
+            return self.internal[name]
+        t = self.app.topic(
+            self.topic(f"internal.{name}"),
+            key_serializer="raw",
+            value_serializer="raw",
+            partitions=self.pcfg.internal_partitions,
+            replicas=self.pcfg.replication,
+            internal=True,
+        )
+        self.internal[name] = t
+        return t
+
+    def table(self, name: str) -> Any:
+        """A table keyed by str with JSON values (app defaults), co-partitioned with the
+        internal topics."""
+        return self.app.Table(
+            name, default=None, partitions=self.pcfg.internal_partitions, key_type=str
+        )
+
+    async def send_keyed(self, topic: faust.TopicT, key: str, value: dict[str, Any]) -> None:
+        """Send a JSON value to an internal topic on the key's stable partition."""
+        await topic.send(
+            key=key.encode(),
+            value=json.dumps(value, separators=(",", ":")).encode(),
+            partition=partition_of(key, self.pcfg.internal_partitions),
+        )
+
+    async def emit(
+        self, suffix: str, key: str, record_name: str, value: dict[str, Any], role: str
+    ) -> None:
+        """Encode a wire record and send it to an external topic."""
+        await self.external(suffix).send(
+            key=key.encode(), value=self.codec.encode(record_name, value)
+        )
+        metrics.RECORDS_OUT.labels(role, suffix).inc()
+
+    async def dlq(
+        self, event: faust.EventT, exc: BaseException, role: str, reason: str | None = None
+    ) -> None:
+        """Send the event's original bytes and the reason to ``argus.dlq``."""
+        msg = event.message
+        why = reason or (exc.reason if isinstance(exc, DecodeError) else type(exc).__name__)
+        rec = {
+            "source_topic": msg.topic,
+            "partition": int(msg.partition),
+            "offset": int(msg.offset),
+            "key": msg.key if isinstance(msg.key, bytes) else None,
+            "value": msg.value if isinstance(msg.value, bytes) else b"",
+            "error_type": type(exc).__name__,
+            "reason": f"{why}: {exc}"[:4000],
+            "worker": self.worker,
+            "failed_ns": time.time_ns(),
+        }
+        await self.external("dlq").send(key=rec["key"], value=self.codec.encode("dlq_record", rec))
+        metrics.DLQ.labels(role, why).inc()
+        log.warning(
+            "%s[%s]@%s -> dlq: %s", msg.topic, msg.partition, msg.offset, rec["reason"][:300]
+        )
+
+
+def is_tick(event: faust.EventT) -> bool:
+    return event.message.key == TICK_KEY
+
+
+def add_ticker(ctx: Ctx, topic: faust.TopicT, interval_s: float = 1.0) -> None:
+    """Every ``interval_s``, send a tick to each partition of ``topic`` assigned here."""
+    name = topic.get_topic_name()
+
+    @ctx.app.timer(interval=interval_s, name=f"tick-{name}")
+    async def _tick() -> None:
+        parts = {tp.partition for tp in ctx.app.assignor.assigned_actives() if tp.topic == name}
+        now = json.dumps({"now": time.time()}).encode()
+        log.debug("tick %s -> partitions %s", name, sorted(parts))
+        for p in sorted(parts):
+            await topic.send(key=TICK_KEY, value=now, partition=p)
+
+
+def add_lag_gauge(ctx: Ctx, role: str, topics: Iterable[str], interval_s: float = 5.0) -> None:
+    """Publish consumer lag (high watermark - position) per assigned partition."""
+    names = set(topics)
+
+    @ctx.app.timer(interval=interval_s, name=f"lag-{role}")
+    async def _lag() -> None:
+        consumer = ctx.app.consumer
+        for tp in ctx.app.assignor.assigned_actives():
+            if tp.topic not in names:
+                continue
+            try:
+                hw = consumer.highwater(tp)
+                pos = await consumer.position(tp)
+            except Exception:  # partition moving during a rebalance
+                continue
+            if hw is not None and pos is not None:
+                metrics.LAG.labels(role, tp.topic, str(tp.partition)).set(max(0, hw - pos))
+
+
+Registrar = Callable[[Ctx], None]
+
+
+_REGISTRARS: dict[str, str] = {
+    "compressor": "argus.streams.agents.kernels:register_compressor",
+    "l1": "argus.streams.agents.steps:register_l1",
+    "l2": "argus.streams.agents.steps:register_l2",
+    "l3": "argus.streams.agents.kernels:register_l3",
+    "funnel": "argus.streams.agents.funnel:register",
+    "stacks": "argus.streams.agents.stacks:register",
+}
+
+
+def _registrar(role: str) -> Registrar:
+    import importlib
+
+    mod, _, attr = _REGISTRARS[role].partition(":")
+    fn: Registrar = getattr(importlib.import_module(mod), attr)
+    return fn
+
+
+def build_app(
+    settings: Settings,
+    roles: Iterable[str],
+    *,
+    pcfg: PipelineConfig | None = None,
+    app_id: str | None = None,
+) -> tuple[faust.App, Ctx]:
+    """A faust app running the agents of ``roles`` (see :data:`ROLES`)."""
+    from argus.detectors.config import DetectorsConfig
+
+    roles = sorted(set(roles))
+    bad = [r for r in roles if r not in ROLES]
+    if bad or not roles:
+        raise ValueError(f"unknown role(s) {bad}; choose from {', '.join(ROLES)}")
+    pcfg = pcfg or PipelineConfig.from_mapping(settings.section("streams"))
+    detectors = DetectorsConfig.from_settings(settings.section("detectors"))
+    app_id = (
+        app_id or f"{settings.topic_prefix}-{'-'.join(roles) if len(roles) < len(ROLES) else 'all'}"
+    )
+    brokers = ";".join(f"kafka://{h.strip()}" for h in settings.bootstrap_servers.split(","))
+    app = faust.App(
+        app_id,
+        broker=brokers,
+        store="memory://",
+        web_enabled=False,
+        topic_replication_factor=pcfg.replication,
+        topic_partitions=pcfg.internal_partitions,
+        consumer_auto_offset_reset="earliest",
+        producer_acks=-1,
+        broker_commit_interval=1.0,
+        table_standby_replicas=0,
+        stream_wait_empty=False,
+        autodiscover=False,
+        key_serializer="json",  # tables: str keys and JSON values survive changelog recovery
+        value_serializer="json",
+    )
+    ctx = Ctx(
+        app=app,
+        settings=settings,
+        pcfg=pcfg,
+        codec=Codec(registry_url=settings.schema_registry_url or None),
+        worker=app_id,
+        detectors=detectors,
+    )
+    for role in roles:
+        _registrar(role)(ctx)
+    return app, ctx
+
+
+async def guarded(
+    ctx: Ctx, event: faust.EventT, role: str, fn: Callable[[], Awaitable[None]]
+) -> None:
+    """Run one event's handler; any exception sends the event to the DLQ instead of
+    killing the agent (faust would ack the event and lose it)."""
+    try:
+        await fn()
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        log.exception("%s: handler failed", role)
+        await ctx.dlq(event, exc, role, reason="handler-error")
