@@ -71,6 +71,8 @@ class DiagnoseResult:
     alerts: list[dict[str, Any]] = field(default_factory=list)
     windows: list[tuple[int, int]] = field(default_factory=list)
     inputs: dict[str, int] = field(default_factory=dict)
+    first_step: dict[str, int] = field(default_factory=dict)
+    """dedup key -> last step of the first window in which the culprit appeared."""
 
     def to_json(self) -> dict[str, Any]:
         """JSON-able dict: anomaly records of every finding and verdict, and the alerts."""
@@ -316,6 +318,7 @@ def diagnose(
         state, out = funnel.step(state, [*found, *overlapping], cfg.funnel)
         for v in out.verdicts:
             last[v.dedup_key] = v
+            res.first_step.setdefault(v.dedup_key, min(we, int(series.steps[-1])))
         res.alerts.extend(out.alerts)
     res.verdicts = sorted(last.values(), key=lambda v: (-v.confidence, v.dedup_key))
     return res

@@ -52,8 +52,8 @@ class L1Config:
         ``>= cp_min_ratio``. 1.10 (ours: a 10 % persistent slowdown matters at 4,096 GPUs;
         DUO uses 1.5, which misses thermal drift).
     cp_min_effect : float
-        ... and the shift exceeds ``cp_min_effect`` robust standard deviations (MAD x 1.4826
-        pooled over both sides). 6.0 (ours: no false change point over 1,000 healthy steps).
+        ... and the shift exceeds ``cp_min_effect`` robust standard deviations of the step
+        noise (MAD of first differences x 1.4826 / sqrt 2). 6.0 (ours: no false change point over 1,000 healthy steps).
     cp_min_segment : int
         Steps required on each side of a change point. 8 (ours).
     smooth : int

@@ -248,6 +248,9 @@ def join(findings: Sequence[Finding]) -> list[Culprit]:
             for cl in _union([*late, *k3_coll]):
                 ranks = {r for f in cl for r in f.ranks}
                 host = next((p for p in parts if {r for g in p for r in g.ranks} & ranks), None)
+                if host is None and all(f.level == "L3" for f in cl):
+                    home = next((g for g, gfs in by_group.items() if ranks <= _members(gfs)), None)
+                    host = by_group[home] if home is not None else None
                 if host is None:
                     parts.append(cl)
                 else:

@@ -216,8 +216,9 @@ def change_points(
         split = lo + k
         left, right = raw[lo:split], raw[split:hi]
         before, after = float(np.median(left)), float(np.median(right))
-        resid = np.concatenate([left - before, right - after])
-        sigma = _MAD_TO_SIGMA * float(np.median(np.abs(resid)))
+        # noise scale from first differences: blind to level shifts and slow drift
+        diff = np.diff(raw[lo:hi])
+        sigma = _MAD_TO_SIGMA * float(np.median(np.abs(diff - np.median(diff)))) / np.sqrt(2.0)
         sigma = max(sigma, 1e-3 * min(before, after))
         effect = abs(after - before) / sigma
         ratio = max(after, before) / max(min(after, before), 1e-300)

@@ -1,0 +1,187 @@
+"""Funnel: joining findings into culprits, persistence, confidence, alerts, state."""
+
+from __future__ import annotations
+
+import json
+
+import fastavro
+import pytest
+
+from argus.detectors import funnel
+from argus.detectors.config import FunnelConfig
+from argus.detectors.findings import Finding
+from argus.schemas.codec import Codec
+
+
+def _l2(ranks, phase="mlp", role="compute", w=(0, 9), z=8.0, group=("dp", "pp0")) -> Finding:
+    return Finding(
+        job="j",
+        level="L2",
+        kind="straggler",
+        group_kind=group[0],
+        group_id=group[1],
+        ranks=ranks,
+        phase=phase,
+        window_start_step=w[0],
+        window_end_step=w[1],
+        window_start_ns=w[0] * 100,
+        window_end_ns=w[1] * 100 + 99,
+        score=z,
+        threshold=3.5,
+        evidence={"role": role, "bottleneck": json.dumps(list(ranks) if role == "compute" else [])},
+    )
+
+
+def _l3(
+    ranks, kernel="gemm", w=(0, 9), collective=False, members=None, group=("dp", "pp0")
+) -> Finding:
+    ev = {"collective": str(collective).lower()}
+    if members is not None:
+        ev["members"] = json.dumps(members)
+    return Finding(
+        job="j",
+        level="L3",
+        kind="group_divergence" if members is not None else "kernel_divergence",
+        group_kind=group[0],
+        group_id=group[1],
+        ranks=ranks,
+        kernel=kernel,
+        window_start_step=w[0],
+        window_end_step=w[1],
+        score=5e5,
+        threshold=1e5,
+        evidence=ev,
+    )
+
+
+def _l1(kind="regression", w=(0, 99)) -> Finding:
+    return Finding(
+        job="j",
+        level="L1",
+        kind=kind,
+        group_kind="job",
+        group_id="all",
+        window_start_step=w[0],
+        window_end_step=w[1],
+        score=2.5,
+        threshold=1.1,
+    )
+
+
+def test_l2_and_l3_on_the_same_rank_are_one_culprit_with_l1_support() -> None:
+    cs = funnel.join([_l2((5,)), _l3((5,)), _l1()])
+    assert len(cs) == 1
+    c = cs[0]
+    assert c.ranks == (5,) and c.phase == "mlp" and c.kernels == ("gemm",)
+    assert c.levels == ("L1", "L2", "L3")
+    assert c.dedup_key == "j/dp/pp0/5/mlp"
+
+
+def test_late_arrivals_are_propagated_waiting_when_a_compute_straggler_exists() -> None:
+    cs = funnel.join(
+        [_l2((5,)), _l2((1, 2, 3, 5), phase="dp_grad_sync", role="late_arrival", group=("dp", "x"))]
+    )
+    assert [c.ranks for c in cs] == [(5,)]
+    assert cs[0].phase == "mlp"
+
+
+def test_late_arrival_alone_is_a_culprit() -> None:
+    (c,) = funnel.join([_l2((7,), phase="ep_alltoall", role="late_arrival", group=("ep", "g"))])
+    assert c.ranks == (7,) and c.phase == "ep_alltoall"
+
+
+def test_group_divergence_is_its_own_culprit_and_absorbs_its_members_symptoms() -> None:
+    cs = funnel.join(
+        [
+            _l3((), members=[8, 9, 10, 11], group=("edp", "e3"), collective=True),
+            _l3((9, 10), collective=True),
+        ]
+    )
+    assert len(cs) == 1
+    assert (cs[0].group_kind, cs[0].group_id, cs[0].ranks) == ("edp", "e3", ())
+
+
+def test_group_holding_a_compute_straggler_is_its_symptom() -> None:
+    cs = funnel.join(
+        [_l2((9,)), _l3((), members=[8, 9, 10, 11], group=("edp", "e3"), collective=True)]
+    )
+    assert [(c.ranks, c.levels) for c in cs] == [((9,), ("L2", "L3"))]
+
+
+def test_unexplained_l1_is_a_job_culprit() -> None:
+    cs = funnel.join([_l1("jitter", (40, 40))])
+    assert [(c.group_kind, c.kind, c.ranks) for c in cs] == [("job", "jitter", ())]
+
+
+def test_two_independent_stragglers_stay_apart() -> None:
+    cs = funnel.join([_l2((1,)), _l2((40,), group=("dp", "pp1"))])
+    assert sorted(c.ranks for c in cs) == [(1,), (40,)]
+
+
+def test_persistence_confidence_trigger_and_resolve() -> None:
+    cfg = FunnelConfig(trigger_confidence=0.75, resolve_after=2)
+    st = funnel.FunnelState()
+    confs = []
+    alerts = []
+    for w in range(3):
+        st, out = funnel.step(st, [_l2((5,), w=(w * 10, w * 10 + 9), z=4.0)], cfg)
+        (v,) = out.verdicts
+        assert v.persistence == w + 1
+        confs.append(v.confidence)
+        alerts += out.alerts
+    assert confs == sorted(confs) and confs[0] < 0.75 <= confs[-1]
+    assert [a["action"] for a in alerts] == ["trigger"]
+    trig = alerts[0]
+    assert trig["dedup_key"] == "j/dp/pp0/5/mlp" and trig["levels"] == ["L2"]
+    st, out = funnel.step(st, [], cfg)
+    assert out.alerts == []
+    st, out = funnel.step(st, [], cfg)
+    assert [a["action"] for a in out.alerts] == ["resolve"]
+    assert out.alerts[0]["dedup_key"] == trig["dedup_key"]
+    assert st.culprits == {}
+
+
+def test_gap_resets_persistence() -> None:
+    st = funnel.FunnelState()
+    st, _ = funnel.step(st, [_l2((5,))])
+    st, _ = funnel.step(st, [])
+    st, out = funnel.step(st, [_l2((5,), w=(20, 29))])
+    assert out.verdicts[0].persistence == 1
+
+
+def test_state_round_trips_through_json() -> None:
+    st, _ = funnel.step(funnel.FunnelState(), [_l2((5,), z=30.0)])
+    back = funnel.FunnelState.from_dict(json.loads(json.dumps(st.to_dict())))
+    assert back == st
+    _st2, out = funnel.step(back, [_l2((5,), w=(10, 19), z=30.0)])
+    assert out.verdicts[0].persistence == 2
+
+
+def test_records_match_the_wire_schemas() -> None:
+    codec = Codec()
+    _st, out = funnel.step(funnel.FunnelState(), [_l2((5,), z=40.0), _l3((5,))])
+    (v,) = out.verdicts
+    for rec in out.alerts:
+        assert codec.decode_as("alert", codec.encode("alert", rec))["dedup_key"] == v.dedup_key
+    an = v.to_anomaly()
+    assert an["level"] == "funnel" and an["ranks"] == [5]
+    assert codec.decode_as("anomaly", codec.encode("anomaly", an))["id"] == an["id"]
+    fastavro.validate(an, codec.schema("anomaly").parsed, raise_errors=True)
+    assert v.to_anomaly()["id"] == an["id"]  # deterministic
+
+
+def test_confidence_grows_with_levels_and_margin() -> None:
+    cfg = FunnelConfig()
+    one = funnel.confidence_of([_l2((5,), z=4.0)], 1, cfg)
+    two = funnel.confidence_of([_l2((5,), z=4.0), _l3((5,))], 1, cfg)
+    big = funnel.confidence_of([_l2((5,), z=40.0)], 1, cfg)
+    assert 0 < one < two <= 1 and one < big
+    assert funnel.confidence_of([_l2((5,), z=4.0)], 3, cfg) > one
+
+
+@pytest.mark.parametrize("bad", [0.0, 1.5])
+def test_bad_trigger_confidence(bad: float) -> None:
+    from argus.detectors.errors import DetectorConfigError
+
+    with pytest.raises(DetectorConfigError):
+        FunnelConfig(trigger_confidence=bad)
