@@ -166,6 +166,7 @@ def instrument_optimizer(
             col.errors += 1
         col.oh_ns += _perf() - t0
         if auto_step and not col.explicit_steps:
+            col.auto_stepping = True
             col.step_end()
             col.step_begin()
 

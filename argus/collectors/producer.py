@@ -86,6 +86,9 @@ class RecordProducer:
         self.dropped_bytes = 0
         self.errors = 0
         self.delivered = 0
+        #: optional ``tap(record_name, value)`` called on the delivery thread with every built
+        #: record before encoding (debugging, checks); its exceptions count as errors
+        self.tap: Callable[[str, Mapping[str, Any]], None] | None = None
         self._queue: deque[tuple[str, bytes, str, Value, int]] = deque()
         self._queued_bytes = 0
         self._lock = threading.Lock()
@@ -176,6 +179,8 @@ class RecordProducer:
                 built = value() if callable(value) else value
                 if built is None:
                     continue
+                if self.tap is not None:
+                    self.tap(record, built)
                 data = self._codec.encode(record, built)
             except Exception as exc:
                 self.errors += 1

@@ -134,6 +134,7 @@ class Collector:
         self._window_steps = 0
         self._inactive_ns: deque[int] = deque(maxlen=32)
         self.explicit_steps = False
+        self.auto_stepping = False
         self.steps_emitted = 0
         self.backoff_events = 0
         # side channels ---------------------------------------------------------------------
@@ -303,6 +304,8 @@ class Collector:
         self._window_open = False
         if src is None:
             return
+        if hasattr(src, "continuous") and (not self.kernels_on or self._period_now() != 1):
+            src.continuous = False  # an always-on source really stops when switched off
         build = src.end_window()
         first, wstart, wend = self._window_first_step, self._window_wall, _wall()
         self.producer.submit(
@@ -401,6 +404,10 @@ class Collector:
         if self._closed or self._pid != os.getpid():
             return
         try:
+            if self.in_step and self.auto_stepping and not self.explicit_steps:
+                # auto steps end at optimizer.step(); the open one is the tail after the last
+                # step, not a training step: drop it
+                self.in_step = False
             if self.in_step:
                 self.step_end()
             if self._window_open:

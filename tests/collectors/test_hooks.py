@@ -136,3 +136,42 @@ def test_forked_child_is_inert(offline: Settings) -> None:
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert ac.active() is col
+
+
+@pytest.mark.kafka
+def test_autorun_needs_no_code_change(prefixed: Settings, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import subprocess
+    import sys
+
+    from argus.topics import topic_name
+    from tests.collectors.helpers import consume
+
+    script = tmp_path / "plain_train.py"
+    script.write_text(
+        "import torch\n"
+        "m = torch.nn.Linear(8, 1)\n"
+        "opt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+        "for _ in range(5):\n"
+        "    m(torch.randn(4, 8)).sum().backward()\n"
+        "    opt.step()\n"
+        "    opt.zero_grad()\n"
+    )
+    env = {
+        **os.environ,
+        "ARGUS_JOB": "autorun-test",
+        "ARGUS_TOPIC_PREFIX": prefixed.topic_prefix,
+        "ARGUS_STATE_DIR": str(tmp_path),
+        "ARGUS_COLLECTORS__KERNELS": "false",
+    }
+    r = subprocess.run(
+        [sys.executable, "-m", "argus.collectors.autorun", str(script)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    recs = consume(prefixed, topic_name("raw.steps", prefixed.topic_prefix), 5)
+    assert [rec["step"] for _, rec in recs] == [0, 1, 2, 3, 4]
+    assert not consume(prefixed, topic_name("raw.steps", prefixed.topic_prefix), 6, timeout_s=3)[5:]
+    assert all(rec["phases"][0]["name"] == "optimizer" for _, rec in recs)

@@ -57,6 +57,7 @@ class CuptiSource:
         self._lock = threading.Lock()
         self._events: list[tuple[str, int, int, int]] = []
         self._dropped = 0
+        self.errors = 0
         self._enabled = False
         cupti.activity_register_callbacks(self._buffer_requested, self._buffer_completed)
         # CUPTI timestamps are ns on CUPTI's clock; map them to ns since epoch.
@@ -71,14 +72,17 @@ class CuptiSource:
         with self._lock:
             out = self._events
             for a in activities:
-                if a.kind != kind:
-                    continue
-                if len(out) >= cap:
+                try:
+                    if a.kind != kind:
+                        continue
+                    if len(out) >= cap:
+                        self._dropped += 1
+                        continue
+                    start = int(a.start)
+                    out.append((str(a.name), int(a.stream_id), start + off, int(a.end) - start))
+                except Exception:  # never raise into CUPTI's thread; count the record as lost
+                    self.errors += 1
                     self._dropped += 1
-                    continue
-                out.append(
-                    (str(a.name), int(a.stream_id), int(a.start) + off, int(a.end) - int(a.start))
-                )
 
     # training thread ------------------------------------------------------------------------
     def start_window(self) -> None:
