@@ -22,8 +22,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from argus.detectors import funnel, l1, l2
 from argus.detectors.config import DetectorsConfig
 from argus.detectors.errors import DetectorInputError
@@ -131,78 +129,47 @@ def read_avro(path: str | Path) -> tuple[str, Iterator[dict[str, Any]]]:
     return name, it()
 
 
-def batch_summaries(rec: Mapping[str, Any], kde_config: Any = None) -> dict[tuple[str, int], Any]:
-    """Compress one ``kernel_batch`` record: ``{(kernel name, stream): Summary}``.
+def batch_summaries(rec: Mapping[str, Any], kde_config: Any = None) -> dict[str, Any]:
+    """Compress one ``kernel_batch`` record into a ``kernel_summary`` record, like the
+    compressor agent (:func:`argus.streams.summary_record.summarize_batch`).
 
-    Uses :func:`argus.streams.kde.summarize_many` over the record's columns, one group per
-    (kernel name, stream), like the compressor agent.
+    Raises
+    ------
+    DetectorInputError
+        Inconsistent columns (the message says which).
     """
-    from argus.schemas.arrays import unpack
-    from argus.streams.kde import PAPER, summarize_many
+    from argus.streams.kde import PAPER
+    from argus.streams.summary_record import BatchError, summarize_batch
 
-    names = list(rec["names"])
-    idx = unpack(rec["name_idx"], "uint32", field="name_idx").astype(np.int64)
-    stream = unpack(rec["stream"], "uint32", field="stream").astype(np.int64)
-    dur = unpack(rec["duration_ns"], "int64", field="duration_ns")
-    if not (idx.size == stream.size == dur.size):
+    try:
+        return summarize_batch(rec, config=kde_config or PAPER)
+    except BatchError as exc:
         raise DetectorInputError(
-            f"kernel_batch {rec.get('job')}/{rec.get('rank')} window {rec.get('window_id')}: "
-            f"columns differ in length ({idx.size}, {stream.size}, {dur.size})"
-        )
-    if idx.size and int(idx.max()) >= len(names):
-        raise DetectorInputError(
-            f"kernel_batch {rec.get('job')}/{rec.get('rank')}: name_idx {int(idx.max())} "
-            f"outside the {len(names)} names"
-        )
-    if idx.size == 0:
-        return {}
-    pair = idx * (1 << 32) + stream
-    uniq, gid = np.unique(pair, return_inverse=True)
-    many = summarize_many(gid, dur, config=kde_config or PAPER)
-    out: dict[tuple[str, int], Any] = {}
-    for g, s in many.summaries().items():
-        u = int(uniq[g])
-        out[(names[u >> 32], u & 0xFFFFFFFF)] = s
-    return out
+            f"kernel_batch {rec.get('job')}/{rec.get('rank')} window {rec.get('window_id')}: {exc}"
+        ) from exc
 
 
-def summary_groups(rec: Mapping[str, Any], names: dict[int, str]) -> dict[tuple[str, int], Any]:
+def summary_groups(rec: Mapping[str, Any], names: Any) -> dict[tuple[str, int], Any]:
     """``{(kernel name, stream): Summary}`` of one ``kernel_summary`` record.
 
-    ``names`` maps kernel ids to names; the record's ``kernel_names`` are added to it (a rank
-    may announce a name once), so pass the same dict for all records of a rank.
-    """
-    from argus.schemas.arrays import unpack
-    from argus.streams.kde import Summary
+    ``names`` is a :class:`argus.streams.summary_record.KernelNames` book shared by all the
+    records read (names are announced once per rank).
 
-    for kn in rec.get("kernel_names", []):
-        names[int(kn["id"])] = kn["name"]
-    lv = np.asarray(rec["quantile_levels"], dtype=np.float64)
-    gk = unpack(rec["group_kernel"], "uint32", field="group_kernel")
-    gs = unpack(rec["group_stream"], "uint32", field="group_stream")
-    gc = unpack(rec["group_clusters"], "uint8", field="group_clusters").astype(np.int64)
-    cc = unpack(rec["cluster_count"], "uint32", field="cluster_count")
-    cq = unpack(rec["cluster_quantiles_ns"], "float32", field="cluster_quantiles_ns")
-    if (
-        not (gk.size == gs.size == gc.size)
-        or int(gc.sum()) != cc.size
-        or cq.size != cc.size * lv.size
-    ):
+    Raises
+    ------
+    DetectorInputError
+        Columns that disagree.
+    """
+    from argus.streams.summary_record import BatchError, groups_from_summary
+
+    names.update(rec)
+    try:
+        groups = groups_from_summary(rec)
+    except BatchError as exc:
         raise DetectorInputError(
-            f"kernel_summary {rec.get('job')}/{rec.get('rank')} window {rec.get('window_id')}: "
-            "column lengths do not agree"
-        )
-    cq2 = cq.reshape(cc.size, lv.size).astype(np.float64)
-    first = np.concatenate([[0], np.cumsum(gc)])
-    out: dict[tuple[str, int], Any] = {}
-    for g in range(gk.size):
-        kid = int(gk[g])
-        name = names.get(kid, f"kernel#{kid:08x}")
-        a, b = int(first[g]), int(first[g + 1])
-        out[(name, int(gs[g]))] = Summary(
-            lv, cc[a:b].astype(np.int64), cq2[a:b], rec.get("method", "kde-p50p99")
-        )
-    return out
+            f"kernel_summary {rec.get('job')}/{rec.get('rank')} window {rec.get('window_id')}: {exc}"
+        ) from exc
+    return {(names.name(kid), st): s for (kid, st), s in groups.items()}
 
 
 def diagnose(
@@ -262,27 +229,30 @@ def diagnose(
     )
     coords_of: dict[int, Mapping[str, Any]] = {}
     skinds: dict[int, dict[int, str]] = defaultdict(dict)
+    from argus.streams.summary_record import KernelNames
+
+    book = KernelNames()
     n_kb = n_ks = 0
+
+    def add_summary(rec: Mapping[str, Any]) -> None:
+        rk = int(rec["rank"])
+        coords_of[rk] = rec.get("coords") or {}
+        w = win_of(int(rec["window_id"]))
+        for key, s in summary_groups(rec, book).items():
+            kern[w][rk][key].append(s)
+
     for rec in kernel_batches:
         if rec.get("job") != the_job:
             continue
         n_kb += 1
-        coords_of[int(rec["rank"])] = rec.get("coords") or {}
         for si in rec.get("streams", []):
             skinds[int(rec["rank"])][int(si["id"])] = si.get("kind", "unknown")
-        w = win_of(int(rec["window_id"]))
-        for key, s in batch_summaries(rec).items():
-            kern[w][int(rec["rank"])][key].append(s)
-    names_by_rank: dict[int, dict[int, str]] = defaultdict(dict)
+        add_summary(batch_summaries(rec))  # the compressor's work, then the L3 agent's
     for rec in kernel_summaries:
         if rec.get("job") != the_job:
             continue
         n_ks += 1
-        rk = int(rec["rank"])
-        coords_of[rk] = rec.get("coords") or {}
-        w = win_of(int(rec["window_id"]))
-        for key, s in summary_groups(rec, names_by_rank[rk]).items():
-            kern[w][rk][key].append(s)
+        add_summary(rec)
     res.inputs["kernel_batches"] = n_kb
     res.inputs["kernel_summaries"] = n_ks
     # windows
