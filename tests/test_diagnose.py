@@ -136,7 +136,7 @@ def test_replay_gives_identical_ids(tmp_path: Path) -> None:
 
 
 def test_bad_paths(tmp_path: Path) -> None:
-    with pytest.raises(DetectorInputError, match="no .avro"):
+    with pytest.raises(DetectorInputError, match=r"no \.avro"):
         diagnose_path(tmp_path)
     (tmp_path / "junk.avro").write_bytes(b"not avro")
     with pytest.raises(DetectorInputError, match="Avro"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -57,7 +58,7 @@ def test_records_match_the_wire_schemas_and_keys() -> None:
         assert key == f"{rec['job']}/{rec['rank']}"
     # event time moves forward step by step
     starts = sorted({r["start_ns"] for r in steps})
-    assert len(starts) == 6 and all(b > a for a, b in zip(starts, starts[1:], strict=False))
+    assert len(starts) == 6 and all(b > a for a, b in itertools.pairwise(starts))
 
 
 def test_runs_are_deterministic_per_seed() -> None:
