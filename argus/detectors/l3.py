@@ -221,7 +221,8 @@ class GroupComparison:
     within : (G,) float64
         Median W1 of the group's ranks to their own group reference (intra-group spread), ns.
     block : (G, G) float64
-        W1 between group references (the block structure of the paper's figure).
+        W1 between group references (the block structure of the paper's figure); empty
+        (0, 0) when G > ``pairwise_max``.
     flagged : (G,) bool
     threshold : float
         Effective score threshold, ns.
@@ -285,8 +286,13 @@ def compare_groups(
     refs = np.full((g, m), np.nan)
     sizes = np.zeros(g, dtype=np.int64)
     within = np.full(g, np.nan)
-    for i, u in enumerate(uniq):
-        rows = a[valid & (lab == u)]
+    index = {u: i for i, u in enumerate(uniq)}
+    gi = np.array([index.get(x, -1) if ok else -1 for x, ok in zip(lab.tolist(), valid.tolist(), strict=True)])
+    order = np.argsort(gi, kind="stable")
+    order = order[gi[order] >= 0]
+    bounds = np.searchsorted(gi[order], np.arange(g + 1))
+    for i in range(g):
+        rows = a[order[bounds[i] : bounds[i + 1]]]
         sizes[i] = rows.shape[0]
         refs[i] = np.median(rows, axis=0)
         within[i] = float(np.median(np.abs(rows - refs[i]) @ w)) if rows.shape[0] > 1 else np.nan
@@ -305,7 +311,9 @@ def compare_groups(
         )
     ref = np.median(refs, axis=0)
     scores = np.abs(refs - ref) @ w
-    block = np.abs(refs[:, None, :] - refs[None, :, :]) @ w
+    block = (
+        np.abs(refs[:, None, :] - refs[None, :, :]) @ w if g <= cfg.pairwise_max else np.zeros((0, 0))
+    )
     flagged = np.zeros(g, dtype=bool)
     scale = float(ref @ w)
     intra = float(np.nanmedian(within)) if np.isfinite(within).any() else 0.0
