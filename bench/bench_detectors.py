@@ -23,7 +23,6 @@ import math
 import os
 import sys
 import time
-from collections import defaultdict
 from typing import Any
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
