@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -119,52 +120,105 @@ def _run(
             128 + sum(len(x["stack"]) for x in rec["stacks"]),
         )
 
-    sampler = StackSampler(targets, publish, rate_hz=stacks_hz, window_s=5.0, rate_for=rate_for)
+    sampler = StackSampler(targets, publish, rate_hz=stacks_hz, window_s=4.0, rate_for=rate_for)
+    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     th = threading.Thread(target=sampler.run, daemon=True)
     th.start()
     t0 = time.time()
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
-    sampler.stop()
-    th.join(10)
+    log_path = state_dir / f"{label}.stderr"
+    with open(log_path, "w") as errf:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=errf)
+        # wait for the training run to exit WITHOUT reaping it, so that the children's
+        # rusage read next holds the py-spy processes (reaped by the sampler) and not the
+        # training processes
+        os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
+        sampler.stop()
+        th.join(30)
+        ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        proc.wait()
+    stderr = log_path.read_text()
     producer.close(2)
     if proc.returncode != 0:
-        raise SystemExit(f"{label} run failed (rc {proc.returncode}):\n{proc.stderr[-4000:]}")
+        raise SystemExit(f"{label} run failed (rc {proc.returncode}):\n{stderr[-4000:]}")
     res = json.loads(out.read_text())
+    res["rank_blocks"] = [json.loads(Path(f"{out}.rank{r}").read_text()) for r in range(4)]
+    res["sidecar_cpu_s"] = (ru1.ru_utime + ru1.ru_stime) - (ru0.ru_utime + ru0.ru_stime)
     res["wall_s"] = time.time() - t0
     res["stack_dumps"] = sampler.dumps
     res["stack_batches"] = sampler.published
     res["stack_dropped"] = producer.dropped_records
     res["stderr_tail"] = [
         ln
-        for ln in proc.stderr.splitlines()
+        for ln in stderr.splitlines()
         if "Traceback" in ln or ("Error" in ln and "gpuGetDeviceCount" not in ln)
     ][-5:]
     return res
 
 
-def _ratios(blocks: list[dict[str, Any]]) -> dict[str, list[float]]:
-    """Per mode: overhead fractions, each against the mean of its neighbouring off blocks."""
-    out: dict[str, list[float]] = {}
+def _block_metrics(res: dict[str, Any], *, skip: int = 1) -> list[dict[str, Any]]:
+    """Per block (after the first ``skip`` warm-up blocks): mode, steps/s, median step time,
+    CPU seconds per step summed over the four ranks (+ the sidecar's share in stacks modes)."""
+    rank_blocks = res["rank_blocks"]
+    n = len(rank_blocks[0])
+    stacks_steps = sum(b["steps"] for b in rank_blocks[0][skip:] if b["mode"] in ("all", "stacks"))
+    sidecar_per_step = res["sidecar_cpu_s"] / stacks_steps if stacks_steps else 0.0
+    out = []
+    for i in range(skip, n):
+        b0 = rank_blocks[0][i]
+        cpu = sum(rb[i]["cpu_s"] for rb in rank_blocks) / b0["steps"]
+        if b0["mode"] in ("all", "stacks"):
+            cpu += sidecar_per_step
+        out.append(
+            {
+                "mode": b0["mode"],
+                "sps": b0["steps_per_s"],
+                "median_step_s": max(rb[i]["median_step_s"] for rb in rank_blocks),
+                "cpu_per_step_s": cpu,
+            }
+        )
+    return out
+
+
+def _overheads(blocks: list[dict[str, Any]]) -> dict[str, dict[str, list[float]]]:
+    """Per mode and metric: overhead fractions, each block against the mean of its two
+    neighbouring ``off`` blocks (A/B/A)."""
+    out: dict[str, dict[str, list[float]]] = {}
     for i, b in enumerate(blocks):
-        if b["mode"] == "off" or b["mode"] == "warmup":
+        if b["mode"] == "off":
             continue
         refs = [
-            blocks[j]["steps_per_s"]
-            for j in (i - 1, i + 1)
-            if 0 <= j < len(blocks) and blocks[j]["mode"] == "off"
+            blocks[j] for j in (i - 1, i + 1) if 0 <= j < len(blocks) and blocks[j]["mode"] == "off"
         ]
         if not refs:
             continue
-        out.setdefault(b["mode"], []).append(1.0 - b["steps_per_s"] / statistics.mean(refs))
+        m = out.setdefault(b["mode"], {"throughput": [], "median_step": [], "cpu": []})
+        m["throughput"].append(1.0 - b["sps"] / statistics.mean(r["sps"] for r in refs))
+        m["median_step"].append(
+            b["median_step_s"] / statistics.mean(r["median_step_s"] for r in refs) - 1.0
+        )
+        m["cpu"].append(
+            b["cpu_per_step_s"] / statistics.mean(r["cpu_per_step_s"] for r in refs) - 1.0
+        )
     return out
 
 
 def _fmt(vals: list[float]) -> str:
     med = statistics.median(vals)
-    return (
-        f"{100 * med:+6.2f}%  (min {100 * min(vals):+.2f}%, max {100 * max(vals):+.2f}%, "
-        f"n={len(vals)})"
+    return f"{100 * med:+6.2f}% [{100 * min(vals):+.1f}, {100 * max(vals):+.1f}] n={len(vals)}"
+
+
+def _print_overheads(ov: dict[str, dict[str, list[float]]]) -> None:
+    print(
+        f"  {'mode':8s} {'steps/s (issue metric)':>40s} {'median step time':>40s} "
+        f"{'CPU s/step (4 ranks+sidecar)':>40s}"
     )
+    for mode in ("all", "phases", "kernels", "stacks"):
+        if mode in ov:
+            m = ov[mode]
+            print(
+                f"  {mode:8s} {_fmt(m['throughput']):>40s} {_fmt(m['median_step']):>40s} "
+                f"{_fmt(m['cpu']):>40s}"
+            )
 
 
 def main() -> int:
@@ -205,25 +259,26 @@ def main() -> int:
                 state_dir=Path(td),
                 label="up",
             )
-            blocks = up["blocks"][1:]  # drop the warm-up block
-            r = _ratios(blocks)
+            blocks = _block_metrics(up)
+            ov = _overheads(blocks)
             report["up"] = {
-                "ratios": r,
-                "blocks": up["blocks"],
+                "overheads": ov,
+                "blocks": blocks,
                 "collector": up["collector"],
                 "stack_dumps": up["stack_dumps"],
+                "sidecar_cpu_s": up["sidecar_cpu_s"],
                 "wall_s": up["wall_s"],
             }
+            off = [b for b in blocks if b["mode"] == "off"]
             print(
-                f"\nsteps/s off (median of blocks): "
-                f"{statistics.median(b['steps_per_s'] for b in blocks if b['mode'] == 'off'):.3f}"
+                f"\noff: {statistics.median(b['sps'] for b in off):.3f} steps/s, median step "
+                f"{1e3 * statistics.median(b['median_step_s'] for b in off):.0f} ms, "
+                f"{1e3 * statistics.median(b['cpu_per_step_s'] for b in off):.0f} ms CPU/step"
             )
-            for mode in ("all", "phases", "kernels", "stacks"):
-                if mode in r:
-                    print(f"  overhead {mode:8s} {_fmt(r[mode])}")
+            _print_overheads(ov)
             print(
-                f"  collector: {up['collector']}, stack dumps {up['stack_dumps']}, "
-                f"batches {up['stack_batches']}"
+                f"  collector (rank 0): {up['collector']}; sidecar: {up['stack_dumps']} samples, "
+                f"{up['stack_batches']} batches, {up['sidecar_cpu_s']:.2f} s CPU"
             )
         if not args.skip_down:
             with tempfile.TemporaryDirectory() as td:
@@ -243,20 +298,20 @@ def main() -> int:
                     state_dir=Path(td),
                     label="down",
                 )
-                blocks = down["blocks"][1:]
-                r = _ratios(blocks)
-                rss = [b["rss_bytes"] for b in blocks]
+                blocks = _block_metrics(down)
+                ov = _overheads(blocks)
+                rss = [b["rss_bytes"] for b in down["blocks"][1:]]
                 report["down"] = {
-                    "ratios": r,
-                    "blocks": down["blocks"],
+                    "overheads": ov,
+                    "blocks": blocks,
                     "collector": down["collector"],
                     "rss_bytes": rss,
                 }
-                print(f"  overhead all     {_fmt(r['all'])}")
+                _print_overheads(ov)
                 print(f"  rank-0 RSS per block (MiB): {[round(x / 2**20, 1) for x in rss]}")
                 print(
                     f"  dropped (rank 0, cumulative, per block): "
-                    f"{[b.get('dropped') for b in blocks]}"
+                    f"{[b.get('dropped') for b in down['blocks'][1:]]}"
                 )
                 print(
                     f"  training loop completed {down['steps']} steps, exit 0; "

@@ -27,6 +27,7 @@ import json
 import math
 import os
 import socket
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -207,18 +208,23 @@ def train(rank: int, world: int, args: argparse.Namespace) -> None:
             opt.zero_grad(set_to_none=True)
         if cur is not None:
             # the first step of a block pays the mode switch; time the rest
+            now = time.perf_counter()
             if cur["t0"] is None:
-                cur["t0"] = time.perf_counter()
+                cur.update(t0=now, cpu0=time.process_time(), last=now, durs=[])
             else:
                 cur["steps"] += 1
+                cur["durs"].append(now - cur["last"])
+                cur["last"] = now
             if i == cur["first"] + cur["n"] - 1:
-                dt = time.perf_counter() - cur["t0"]
+                dt = now - cur["t0"]
                 rec = {
                     "mode": cur["mode"],
                     "steps": cur["steps"],
                     "seconds": dt,
                     "steps_per_s": cur["steps"] / dt,
                     "rss_bytes": _rss_bytes(),
+                    "median_step_s": statistics.median(cur["durs"]),
+                    "cpu_s": time.process_time() - cur["cpu0"],
                 }
                 if col is not None:
                     rec.update(
@@ -247,6 +253,8 @@ def train(rank: int, world: int, args: argparse.Namespace) -> None:
             "steps_emitted": col.steps_emitted,
             "backoff_events": col.backoff_events,
         }
+    if args.out:
+        Path(f"{args.out}.rank{rank}").write_text(json.dumps(blocks))
     if rank == 0:
         summary = {
             "rank": rank,

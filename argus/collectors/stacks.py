@@ -15,9 +15,11 @@ in-process channels are unaffected (they do not depend on it).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -40,6 +42,9 @@ __all__ = [
     "collapse_dump",
     "dump_stacks",
     "find_py_spy",
+    "finish_recording",
+    "parse_raw",
+    "start_recording",
 ]
 
 log = logging.getLogger("argus.collectors.stacks")
@@ -163,6 +168,118 @@ def collapse_dump(threads: Sequence[Mapping[str, Any]], *, idle: bool = True) ->
     return out
 
 
+_THREAD_RE = re.compile(r"^thread \((\d+)\)(?:: (.*))?$")
+_SUMMARY_RE = re.compile(r"Samples: (\d+) Errors: (\d+)")
+
+
+def parse_raw(text: str) -> Counter[str]:
+    """Collapsed stacks with counts from ``py-spy record --format raw --threads`` output.
+
+    The thread element ``thread (TID): NAME`` becomes ``NAME`` (or ``thread TID``), so stacks
+    look the same as :func:`collapse_dump`'s.
+
+    Examples
+    --------
+    >>> parse_raw("thread (7): MainThread;<module> (a.py:9);f (a.py:3) 12\n")
+    Counter({'MainThread;<module> (a.py:9);f (a.py:3)': 12})
+    """
+    out: Counter[str] = Counter()
+    for line in text.splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        first, sep, rest = stack.partition(";")
+        m = _THREAD_RE.match(first)
+        if m:
+            first = m.group(2) or f"thread {m.group(1)}"
+        out[first + sep + rest] += int(count)
+    return out
+
+
+@dataclass
+class _Recording:
+    pid: int
+    proc: subprocess.Popen[str]
+    path: Path
+    rate_hz: int
+    duration_s: int
+    start_ns: int
+
+
+def start_recording(
+    pid: int, *, rate_hz: float, duration_s: float, out_dir: Path, py_spy: str | None = None
+) -> _Recording:
+    """Start ``py-spy record`` (non-blocking sampling, raw collapsed output) on ``pid``.
+
+    One py-spy process samples for the whole window, so its start-up cost (reading the
+    target's binaries, tens of ms of CPU) is paid once per window, not once per sample.
+    """
+    exe = py_spy or find_py_spy()
+    if exe is None:
+        raise StackDumpError("failed", "py-spy is not installed (pip install py-spy)")
+    rate = max(1, round(rate_hz))
+    dur = max(1, round(duration_s))
+    path = out_dir / f"stacks-{pid}-{time.time_ns()}.txt"
+    proc = subprocess.Popen(
+        [
+            exe,
+            "record",
+            "--pid",
+            str(pid),
+            "--nonblocking",
+            "--rate",
+            str(rate),
+            "--duration",
+            str(dur),
+            "--format",
+            "raw",
+            "--threads",
+            "--idle",
+            "--output",
+            str(path),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    return _Recording(pid, proc, path, rate, dur, time.time_ns())
+
+
+def finish_recording(rec: _Recording, *, timeout_s: float = 10.0) -> tuple[Counter[str], int, int]:
+    """Wait for a recording; return ``(stacks, samples attempted, errors)``.
+
+    Raises
+    ------
+    StackDumpError
+        py-spy failed (``.reason`` as for :func:`dump_stacks`) or did not finish in time.
+    """
+    try:
+        out, err = rec.proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        rec.proc.kill()
+        rec.proc.communicate()
+        raise StackDumpError("timeout", f"py-spy record of {rec.pid} did not end") from None
+    try:
+        text = rec.path.read_text() if rec.path.exists() else ""
+    finally:
+        with contextlib.suppress(OSError):
+            rec.path.unlink()
+    if rec.proc.returncode != 0 and not text:
+        pid = rec.pid
+        reason = classify_dump_error(err, _alive(pid))
+        first = next((ln for ln in err.splitlines() if ln.strip()), "no output")
+        raise StackDumpError(reason, f"py-spy record of {pid}: {first.strip()}")
+    attempted = rec.rate_hz * rec.duration_s
+    errors = 0
+    m = _SUMMARY_RE.search(out)
+    if m:
+        errors = int(m.group(2))
+    return parse_raw(text), attempted, errors
+
+
 @dataclass
 class Target:
     """One process to sample."""
@@ -197,6 +314,11 @@ class StackSampler:
     rate_for : callable, optional
         ``rate_for(target) -> Hz or 0`` overrides ``rate_hz`` per target (runtime control; 0
         switches the target off).
+    method : str
+        ``"record"`` (default): one ``py-spy record --nonblocking`` process per target per
+        window samples at the rate (>= 1 Hz, whole seconds), so py-spy's start-up is paid once
+        per window; rate changes apply from the next window. ``"dump"``: one
+        ``py-spy dump --nonblocking`` per sample (any rate, but each dump costs ~20 ms of CPU).
     """
 
     def __init__(
@@ -208,7 +330,10 @@ class StackSampler:
         window_s: float = 10.0,
         rate_for: Callable[[Target], float] | None = None,
         py_spy: str | None = None,
+        method: str = "record",
     ) -> None:
+        if method not in ("record", "dump"):
+            raise ValueError(f"method must be record or dump, got {method!r}")
         if not rate_hz > 0:
             raise ValueError(f"rate_hz must be > 0, got {rate_hz}")
         if not window_s > 0:
@@ -225,12 +350,81 @@ class StackSampler:
         self._stop = threading.Event()
         self.published = 0
         self.dumps = 0
+        self.method = method
 
     def stop(self) -> None:
         self._stop.set()
 
     def run(self, *, duration_s: float | None = None) -> None:
         """Sample until :meth:`stop` (or ``duration_s`` seconds); flush the open windows."""
+        if self.method == "record":
+            self._run_record(duration_s)
+        else:
+            self._run_dump(duration_s)
+
+    def _run_record(self, duration_s: float | None) -> None:
+        import tempfile
+
+        t_end = None if duration_s is None else time.monotonic() + duration_s
+        with tempfile.TemporaryDirectory(prefix="argus-stacks-") as td:
+            while not self._stop.is_set():
+                now = time.monotonic()
+                if t_end is not None and now >= t_end - 0.5:
+                    break
+                length = self.window_s if t_end is None else min(self.window_s, t_end - now)
+                running: list[tuple[Target, float, _Recording]] = []
+                for t in self._targets():
+                    rate = self._rate_for(t)
+                    if t.pid in self._denied or rate <= 0:
+                        continue
+                    try:
+                        rec = start_recording(
+                            t.pid,
+                            rate_hz=rate,
+                            duration_s=length,
+                            out_dir=Path(td),
+                            py_spy=self._py_spy,
+                        )
+                    except (StackDumpError, OSError) as exc:
+                        log.warning("stacks: cannot start py-spy for %d: %s", t.pid, exc)
+                        continue
+                    running.append((t, rate, rec))
+                if not running:
+                    self._stop.wait(min(1.0, length))
+                    continue
+                for t, rate, rec in running:
+                    self._finish(t, rate, rec, timeout_s=length + 10.0)
+
+    def _finish(self, t: Target, rate: float, rec: _Recording, *, timeout_s: float) -> None:
+        try:
+            stacks, attempted, errors = finish_recording(rec, timeout_s=timeout_s)
+        except StackDumpError as exc:
+            stacks, attempted, errors = Counter(), rec.rate_hz * rec.duration_s, 0
+            errors = attempted
+            if exc.reason == "no-permission":
+                if t.pid not in self._denied:
+                    log.error(NO_PERMISSION_HINT.format(pid=t.pid))
+                self._denied.add(t.pid)
+            elif exc.reason != "gone":
+                log.warning("stacks: %s", exc)
+        self.dumps += attempted
+        self._publish(
+            {
+                "job": t.job,
+                "rank": t.rank,
+                "pid": t.pid,
+                "host": t.host,
+                "window_start_ns": rec.start_ns,
+                "window_end_ns": time.time_ns(),
+                "sample_rate_hz": float(rec.rate_hz),
+                "samples": attempted,
+                "errors": errors,
+                "stacks": [{"stack": k, "count": c} for k, c in stacks.most_common()],
+            }
+        )
+        self.published += 1
+
+    def _run_dump(self, duration_s: float | None) -> None:
         t_end = None if duration_s is None else time.monotonic() + duration_s
         current: dict[int, Target] = {}
         window_end = time.monotonic() + self.window_s

@@ -67,6 +67,14 @@ def _parse_pid(spec: str) -> tuple[int, int | None]:
     help="window per stack_batch record, s (default: collectors.stacks_window_s, 10)",
 )
 @click.option("--duration-s", type=float, default=None, help="stop after this many seconds")
+@click.option(
+    "--method",
+    type=click.Choice(["record", "dump"]),
+    default="record",
+    show_default=True,
+    help="record: one py-spy record per process per window "
+    "(cheap, >= 1 Hz); dump: one py-spy dump per sample (any rate, ~20 ms CPU each)",
+)
 @click.option("--no-control", is_flag=True, help="do not follow runtime control commands")
 @click.pass_context
 def stacks(
@@ -76,9 +84,10 @@ def stacks(
     rate_hz: float | None,
     window_s: float | None,
     duration_s: float | None,
+    method: str,
     no_control: bool,
 ) -> None:
-    """Sample Python stacks of training processes with py-spy (non-blocking dumps) and publish
+    """Sample Python stacks of training processes with py-spy (non-blocking) and publish
     collapsed stacks with counts per window to the raw stacks topic."""
     from argus.collectors.config import load_collector_config
     from argus.collectors.control import ControlFollower, ControlState, addresses
@@ -153,6 +162,7 @@ def stacks(
         rate_hz=cfg.stacks_rate_hz,
         window_s=cfg.stacks_window_s,
         rate_for=rate_for,
+        method=method,
     )
     signal.signal(signal.SIGTERM, lambda *_: sampler.stop())
     first = targets()

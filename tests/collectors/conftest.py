@@ -16,7 +16,7 @@ def _no_collector_left() -> Iterator[None]:
     """Every test starts and ends without a running collector."""
     ac.shutdown(timeout_s=1.0)
     yield
-    ac.shutdown(timeout_s=2.0)
+    ac.shutdown(timeout_s=0.5)
 
 
 @pytest.fixture

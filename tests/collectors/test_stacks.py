@@ -19,6 +19,7 @@ from argus.collectors.stacks import (
     collapse_dump,
     dump_stacks,
     find_py_spy,
+    parse_raw,
 )
 from argus.config import Settings
 from argus.topics import topic_name
@@ -74,27 +75,49 @@ def test_permission_and_gone_errors_are_classified() -> None:
     assert classify_dump_error("Error: something odd", True) == "failed"
 
 
-def test_sampler_counts_stacks_per_window(child: subprocess.Popen[str]) -> None:
+@pytest.mark.parametrize("method", ["record", "dump"])
+def test_sampler_counts_stacks_per_window(child: subprocess.Popen[str], method: str) -> None:
     out: list[dict] = []
     t = Target(child.pid, "job", 3, "h")
-    s = StackSampler(lambda: [t], out.append, rate_hz=10, window_s=1.0)
-    s.run(duration_s=2.3)
+    s = StackSampler(lambda: [t], out.append, rate_hz=10, window_s=1.0, method=method)
+    s.run(duration_s=2.6)
     assert len(out) >= 2
     rec = out[0]
     assert rec["rank"] == 3 and rec["pid"] == child.pid and rec["samples"] >= 5
     total = sum(x["count"] for x in rec["stacks"])
-    assert total == rec["samples"] - rec["errors"]
-    assert any("argus_stack_probe_inner" in x["stack"] for x in rec["stacks"])
+    if method == "dump":
+        assert total == rec["samples"] - rec["errors"]
+    else:  # one sample per thread per tick; the child has one thread
+        assert abs(total - rec["samples"]) <= 3
+    probe = [x for x in rec["stacks"] if "argus_stack_probe_inner" in x["stack"]]
+    # same collapsed form for both methods: thread (no name without threading) then root first
+    assert probe and probe[0]["stack"].startswith(f"thread {child.pid};<module> (probe_child.py:")
     counts = [x["count"] for x in rec["stacks"]]
     assert counts == sorted(counts, reverse=True)
 
 
-def test_a_vanished_process_is_an_error_count_not_a_crash() -> None:
+def test_parse_raw_normalises_threads() -> None:
+    text = (
+        "thread (1204): waiter;Thread.run (threading.py:982);idle_fn (<string>:3) 39\n"
+        "thread (1187);busy_fn (<string>:6) 4\n\nnot a stack line\n"
+        "thread (1204): waiter;Thread.run (threading.py:982);idle_fn (<string>:3) 1\n"
+    )
+    got = parse_raw(text)
+    assert got == {
+        "waiter;Thread.run (threading.py:982);idle_fn (<string>:3)": 40,
+        "thread 1187;busy_fn (<string>:6)": 4,
+    }
+
+
+@pytest.mark.parametrize("method", ["record", "dump"])
+def test_a_vanished_process_is_an_error_count_not_a_crash(method: str) -> None:
     p = subprocess.Popen([sys.executable, "-c", "pass"])
     p.wait()
     out: list[dict] = []
-    s = StackSampler(lambda: [Target(p.pid, "job", 0)], out.append, rate_hz=5, window_s=0.5)
-    s.run(duration_s=0.8)
+    s = StackSampler(
+        lambda: [Target(p.pid, "job", 0)], out.append, rate_hz=5, window_s=1.0, method=method
+    )
+    s.run(duration_s=1.6)
     assert out and out[0]["errors"] == out[0]["samples"] and out[0]["stacks"] == []
 
 
