@@ -110,6 +110,22 @@ class PhaseStats:
     n_valid: int
 
 
+def _row_medians(d: np.ndarray) -> np.ndarray:
+    """(R,) median of the finite values of each row of (R, S); NaN for empty rows.
+
+    Sort-based (NaN sort last): much faster than ``np.nanmedian`` on many small rows.
+    """
+    s = np.sort(d, axis=1)
+    n = np.isfinite(s).sum(axis=1)
+    rows = np.arange(d.shape[0])
+    lo = np.maximum((n - 1) // 2, 0)
+    hi = np.maximum(n // 2, 0)
+    hi = np.minimum(hi, max(d.shape[1] - 1, 0))
+    out = 0.5 * (s[rows, lo] + s[rows, hi]) if d.shape[1] else np.full(d.shape[0], np.nan)
+    out = np.where(n > 0, out, np.nan)
+    return np.asarray(out, dtype=np.float64)
+
+
 def phase_stats(durations_ns: npt.ArrayLike, cfg: L2Config | None = None) -> PhaseStats:
     """Robust statistics of one phase.
 
@@ -134,12 +150,9 @@ def phase_stats(durations_ns: npt.ArrayLike, cfg: L2Config | None = None) -> Pha
         d = d[:, None]
     if d.ndim != 2:
         raise DetectorInputError(f"durations must be (ranks,) or (ranks, steps), got {d.shape}")
-    finite = np.isfinite(d)
-    n_ok = finite.sum(axis=1)
-    v = np.full(d.shape[0], np.nan)
-    ok = n_ok >= cfg.min_steps
-    if ok.any():
-        v[ok] = np.nanmedian(d[ok], axis=1)
+    v = _row_medians(d)
+    n_ok = np.isfinite(d).sum(axis=1)
+    v[n_ok < cfg.min_steps] = np.nan
     vv = v[np.isfinite(v)]
     if vv.size == 0:
         nan = np.full_like(v, np.nan)
