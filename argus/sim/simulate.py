@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from argus.sim.kernels import kernel_batch_records
-from argus.sim.layout import Layout
+from argus.sim.layout import Layout, LayoutError
 from argus.sim.model import TimingModel
 from argus.sim.scenarios import GroundTruth, Scenario, build
 
@@ -70,12 +70,8 @@ class SimRun:
         if layout is None:
             layout = Layout.for_ranks(ranks or 64)
         elif ranks is not None and ranks != layout.world:
-            from argus.sim.layout import LayoutError
-
             raise LayoutError(f"--ranks {ranks} but layout {layout} has {layout.world} ranks")
         if steps < 1:
-            from argus.sim.layout import LayoutError
-
             raise LayoutError(f"steps must be >= 1, got {steps}")
         sc = build(scenario, layout, steps, seed)
         return cls(sc, layout, steps, seed, job or f"sim-{scenario}", kernels, kernel_every)
