@@ -25,7 +25,10 @@ How it is computed (all groups at once, no Python loop per group or per event)
    at least ``min_log_gap`` from the previous kept boundary. With ``isolate_log_gap`` set
    (the improved method), a split where the sorted data has an empty gap of at least that
    many log-units is kept even when a side has fewer events: a rare 40× JIT spike becomes a
-   one-event cluster instead of vanishing inside its neighbour's p99.
+   one-event cluster instead of vanishing inside its neighbour's p99. Boundaries also keep
+   ``min_log_gap`` from the group's smallest and largest value, so a few tail events a
+   hair apart from the rest do not become a cluster. With ``refine_passes`` (the improved
+   method) steps 3-5 run again inside each cluster with its own bandwidth.
 6. Quantiles of each cluster are exact order statistics (numpy's default linear
    interpolation, on durations in ns).
 
@@ -62,6 +65,9 @@ __all__ = [
     "summarize",
     "summarize_many",
 ]
+
+
+_KEY_LIMIT = 2.0**36  # above this, group·stride + x loses precision: use lexsort
 
 
 class SummaryInputError(ArgusError, ValueError):
@@ -108,6 +114,11 @@ class KdeConfig:
         Keep a split despite ``min_samples_per_side`` when the data has an empty gap of at
         least this many ln-units there (``inf`` disables it: the paper). ROBUST uses 1.0
         (a 2.7× jump with nothing in between), which isolates JIT spikes and stragglers.
+    refine_passes : int
+        Re-run the valley search inside each cluster, with the cluster's own bandwidth, up
+        to this many times (0: the paper). Scott's σ of a multimodal group is its spread
+        between modes, so its bandwidth can smooth close modes into one; inside a cluster the
+        bandwidth fits the cluster. A unimodal cluster does not split again.
     max_clusters : int
         Most clusters per group (≤ 255: the wire field is uint8). Extra boundaries are
         dropped, keeping those with the widest data gaps.
@@ -123,6 +134,7 @@ class KdeConfig:
     min_samples_per_side: int = 3
     min_log_gap: float = 0.15
     isolate_log_gap: float = math.inf
+    refine_passes: int = 0
     max_clusters: int = 32
 
     def __post_init__(self) -> None:
@@ -151,6 +163,7 @@ class KdeConfig:
             "min_log_gap": self.min_log_gap >= 0,
             "isolate_log_gap": self.isolate_log_gap > 0,
             "max_clusters": 1 <= self.max_clusters <= 255,
+            "refine_passes": 0 <= self.refine_passes <= 8,
         }
         for name, ok in checks.items():
             if not ok:
@@ -162,7 +175,7 @@ class KdeConfig:
     def from_mapping(cls, values: Any) -> KdeConfig:
         """Build from a settings section (e.g. ``settings.section("streams").get("kde")``).
 
-        ``method`` alone selects a preset (``kde-p50p99`` or ``kde-q5i``); other keys
+        ``method`` alone selects a preset (``kde-p50p99`` or ``kde-q4i``); other keys
         override its fields. Unknown keys raise :class:`~argus.config.ConfigError`.
         """
         values = dict(values or {})
@@ -185,16 +198,17 @@ PAPER = KdeConfig()
 #: The improved summary (see BENCHMARKS.md for its bytes/fidelity trade-off): five quantile
 #: levels per cluster and isolation of far outliers (JIT spikes) as their own clusters.
 ROBUST = KdeConfig(
-    method="kde-q5i",
+    method="kde-q4i",
     quantile_levels=(0.1, 0.5, 0.9, 0.99),
     isolate_log_gap=1.0,
+    refine_passes=2,
 )
 
 _PRESETS = {PAPER.method: PAPER, ROBUST.method: ROBUST}
 
 
 def config_for_method(method: str) -> KdeConfig:
-    """The preset named ``method`` (``"kde-p50p99"`` or ``"kde-q5i"``)."""
+    """The preset named ``method`` (``"kde-p50p99"`` or ``"kde-q4i"``)."""
     try:
         return _PRESETS[method]
     except KeyError:
@@ -519,7 +533,7 @@ def summarize_many(
     x0 = float(x.min())
     span = float(x.max()) - x0
     stride = 2.0 ** math.ceil(math.log2(span + 1.0))
-    if n_groups * stride < 2.0**36:
+    if n_groups * stride < _KEY_LIMIT:
         key = labels * stride + (x - x0)
         key.sort()
         gs = np.repeat(np.arange(n_groups), counts)
@@ -531,53 +545,21 @@ def summarize_many(
     ends = np.cumsum(counts)
     starts = ends - counts
 
-    # (3) per-group bandwidth
-    gmin = xs[starts]
-    gmax = xs[ends - 1]
-    rng = gmax - gmin
-    xc = xs - gmin[gs]
-    s1 = np.bincount(gs, weights=xc, minlength=n_groups)
-    s2 = np.bincount(gs, weights=xc * xc, minlength=n_groups)
-    nf = counts.astype(np.float64)
-    var = np.maximum(s2 - s1 * s1 / nf, 0.0) / np.maximum(nf - 1.0, 1.0)
-    sigma = np.sqrt(var)
-    if config.bandwidth_rule == "silverman":
-        iqr = _order_stat(xs, starts, counts, 0.75) - _order_stat(xs, starts, counts, 0.25)
-        robust = iqr / 1.349
-        sigma = np.where((robust > 0) & (robust < sigma), robust, sigma)
-    h = config.bandwidth_factor * sigma * nf ** (-0.2)
-
-    # (4) flat grid of all groups; step = h / points_per_bw, capped by max_grid_points
-    taps, pad = _gaussian_taps(config.grid_points_per_bandwidth, config.kernel_support)
-    inner_max = config.max_grid_points - 2 * pad - 1
-    splittable = (rng > 0) & (h > 0) & (counts >= 2)
-    step = np.where(splittable, h / config.grid_points_per_bandwidth, 1.0)
-    step = np.where(splittable, np.maximum(step, rng / max(inner_max, 1)), 1.0)
-    inner = np.where(splittable, np.ceil(rng / step).astype(np.int64) + 1, 1)
-    size = inner + 2 * pad
-    goff = np.cumsum(size) - size  # first grid point of each group
-    bins = np.rint((xs - gmin[gs]) / step[gs]).astype(np.int64)
-    np.minimum(bins, (inner - 1)[gs], out=bins)
-    flat = goff[gs] + pad + bins
-    total = int(size.sum())
-    hist = np.bincount(flat, minlength=total)
-    dens = np.convolve(hist.astype(np.float64), taps, mode="same")
-
-    # (5) valleys: local minima, a flat run counted at its right end
-    sgn = np.sign(np.diff(dens))
-    idx = np.where(sgn != 0, np.arange(sgn.size), 0)
-    np.maximum.accumulate(idx, out=idx)
-    filled = sgn[idx]
-    cand = np.flatnonzero((filled[:-1] < 0) & (sgn[1:] > 0)) + 1  # flat grid points
-    cum = np.concatenate(([0], np.cumsum(hist)))
-    pos = cum[cand]  # split index into xs: events in bins < cand go left
-    cg = np.searchsorted(goff, cand, side="right") - 1
-    keep_pos = _filter_valleys(
-        cand, pos, cg, xs, starts, ends, goff, gmin, step, pad, splittable, config
-    )
+    # (3)-(5) valley splits per group, then (refinement) inside each cluster
+    splits = _valley_splits(xs, starts, counts, gs, config)
+    for _ in range(config.refine_passes):
+        if splits.size == 0:
+            break
+        seg = np.sort(np.concatenate((starts, splits)))
+        seg_n = np.diff(np.append(seg, xs.size))
+        more = _valley_splits(xs, seg, seg_n, np.repeat(np.arange(seg.size), seg_n), config)
+        if more.size == 0:
+            break
+        splits = np.sort(np.concatenate((splits, more)))
+    splits = _cap_clusters(xs, starts, splits, config.max_clusters)
 
     # (6) clusters = runs of xs between group starts and kept splits
-    cstart = np.sort(np.concatenate((starts, keep_pos)))
+    cstart = np.sort(np.concatenate((starts, splits)))
     cend = np.append(cstart[1:], xs.size)
     cgroup = np.searchsorted(starts, cstart, side="right") - 1
     ccount = cend - cstart
@@ -593,6 +575,63 @@ def summarize_many(
         quantile_levels=lv,
         method=config.method,
         rejected=rejected,
+    )
+
+
+def _valley_splits(
+    xs: np.ndarray, starts: np.ndarray, counts: np.ndarray, gs: np.ndarray, config: KdeConfig
+) -> np.ndarray:
+    """Kept valley split positions (into ``xs``) for contiguous sorted segments.
+
+    ``xs`` is sorted within each segment ``[starts[s], starts[s] + counts[s])``; ``gs`` (n,)
+    is the segment of each element. Steps 3-5 of the module doc.
+    """
+    n_seg = starts.size
+    ends = starts + counts
+    # (3) per-segment bandwidth
+    gmin = xs[starts]
+    gmax = xs[ends - 1]
+    rng = gmax - gmin
+    xc = xs - gmin[gs]
+    s1 = np.bincount(gs, weights=xc, minlength=n_seg)
+    s2 = np.bincount(gs, weights=xc * xc, minlength=n_seg)
+    nf = counts.astype(np.float64)
+    var = np.maximum(s2 - s1 * s1 / nf, 0.0) / np.maximum(nf - 1.0, 1.0)
+    sigma = np.sqrt(var)
+    if config.bandwidth_rule == "silverman":
+        iqr = _order_stat(xs, starts, counts, 0.75) - _order_stat(xs, starts, counts, 0.25)
+        robust = iqr / 1.349
+        sigma = np.where((robust > 0) & (robust < sigma), robust, sigma)
+    h = config.bandwidth_factor * sigma * nf ** (-0.2)
+
+    # (4) flat grid of all segments; step = h / points_per_bw, capped by max_grid_points
+    taps, pad = _gaussian_taps(config.grid_points_per_bandwidth, config.kernel_support)
+    inner_max = config.max_grid_points - 2 * pad - 1
+    splittable = (rng > 0) & (h > 0) & (counts >= 2)
+    step = np.where(splittable, h / config.grid_points_per_bandwidth, 1.0)
+    step = np.where(splittable, np.maximum(step, rng / max(inner_max, 1)), 1.0)
+    inner = np.where(splittable, np.ceil(rng / step).astype(np.int64) + 1, 1)
+    size = inner + 2 * pad
+    goff = np.cumsum(size) - size  # first grid point of each segment
+    bins = np.rint(xc / step[gs]).astype(np.int64)
+    np.minimum(bins, (inner - 1)[gs], out=bins)
+    flat = goff[gs] + pad + bins
+    hist = np.bincount(flat, minlength=int(size.sum()))
+    dens = np.convolve(hist.astype(np.float64), taps, mode="same")
+
+    # (5) valleys: local minima, a flat run counted at its right end
+    sgn = np.sign(np.diff(dens))
+    idx = np.where(sgn != 0, np.arange(sgn.size), 0)
+    np.maximum.accumulate(idx, out=idx)
+    filled = sgn[idx]
+    cand = np.flatnonzero((filled[:-1] < 0) & (sgn[1:] > 0)) + 1  # flat grid points
+    if cand.size == 0:
+        return cand
+    cum = np.concatenate(([0], np.cumsum(hist)))
+    pos = cum[cand]  # split index into xs: events in bins < cand go left
+    cg = np.searchsorted(goff, cand, side="right") - 1
+    return _filter_valleys(
+        cand, pos, cg, xs, starts, ends, goff, gmin, gmax, step, pad, splittable, config
     )
 
 
@@ -625,6 +664,7 @@ def _filter_valleys(
     ends: np.ndarray,
     goff: np.ndarray,
     gmin: np.ndarray,
+    gmax: np.ndarray,
     step: np.ndarray,
     pad: int,
     splittable: np.ndarray,
@@ -645,6 +685,11 @@ def _filter_valleys(
     if cand.size == 0:
         return pos
     xb = gmin[cg] + (cand - goff[cg] - pad) * step[cg]  # boundary location, ln(ns)
+    # boundaries keep min_log_gap from each other and from the data's ends
+    ok = xb <= gmax[cg] - config.min_log_gap
+    cand, pos, cg, gap, strong, xb = cand[ok], pos[ok], cg[ok], gap[ok], strong[ok], xb[ok]
+    if cand.size == 0:
+        return pos
 
     # greedy left-to-right scan, vectorized over groups: round k handles each group's k-th
     # candidate, so the loop runs (max candidates per group) times, not once per candidate.
@@ -653,7 +698,7 @@ def _filter_valleys(
     n_groups = starts.size
     last_pos = starts.copy()
     last_strong = np.ones(n_groups, dtype=bool)
-    last_x = np.full(n_groups, -np.inf)
+    last_x = gmin.copy()
     kept = np.zeros(cg.size, dtype=bool)
     by_rank = np.argsort(rank, kind="stable")
     bounds = np.searchsorted(rank[by_rank], np.arange(int(rank.max()) + 2))
@@ -668,17 +713,26 @@ def _filter_valleys(
         last_pos[ga] = pos[acc]
         last_strong[ga] = strong[acc]
         last_x[ga] = xb[acc]
-    kpos, kg, kgap = pos[kept], cg[kept], gap[kept]
+    out: np.ndarray = pos[kept]
+    return out
 
-    # cap the cluster count per group, keeping the widest data gaps
-    limit = config.max_clusters - 1
-    if kg.size > limit:
-        per = np.bincount(kg, minlength=n_groups)
-        over = np.flatnonzero(per > limit)
-        if over.size:
-            drop = np.zeros(kg.size, dtype=bool)
-            for grp in over.tolist():
-                rows = np.flatnonzero(kg == grp)
-                drop[rows[np.argsort(-kgap[rows], kind="stable")[limit:]]] = True
-            kpos = kpos[~drop]
-    return kpos
+
+def _cap_clusters(
+    xs: np.ndarray, starts: np.ndarray, splits: np.ndarray, max_clusters: int
+) -> np.ndarray:
+    """Drop splits beyond ``max_clusters`` per group, keeping those with the widest data gaps."""
+    limit = max_clusters - 1
+    if splits.size <= limit:
+        return splits
+    grp = np.searchsorted(starts, splits, side="right") - 1
+    per = np.bincount(grp, minlength=starts.size)
+    over = np.flatnonzero(per > limit)
+    if over.size == 0:
+        return splits
+    gap = xs[splits] - xs[splits - 1]
+    drop = np.zeros(splits.size, dtype=bool)
+    for g in over.tolist():
+        rows = np.flatnonzero(grp == g)
+        drop[rows[np.argsort(-gap[rows], kind="stable")[limit:]]] = True
+    out: np.ndarray = splits[~drop]
+    return out

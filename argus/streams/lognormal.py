@@ -48,6 +48,7 @@ __all__ = [
 
 _Z_SPAN = 8.5  # |z| beyond which a component's mass (1e-17) is ignored
 _NODES_PER_COMPONENT = 65
+_MAX_DU = 0.05  # longest integration interval in ln(ns)
 _GL_X = np.array([-np.sqrt(0.6), 0.0, np.sqrt(0.6)])
 _GL_W = np.array([5.0, 8.0, 5.0]) / 9.0
 
@@ -161,14 +162,28 @@ def _integrate_abs_diff(breaks: np.ndarray, cdf_a: object, cdf_b: object) -> flo
     b = np.unique(breaks[np.isfinite(breaks)])
     if b.size < 2:
         return 0.0
-    # |A − B| has a kink where A and B cross: add each crossing (secant root) as a breakpoint
-    for _ in range(2):
-        d = cdf_a(b) - cdf_b(b)  # type: ignore[operator]
-        flip = np.flatnonzero(d[:-1] * d[1:] < 0)
+    # no interval longer than _MAX_DU: e^u varies too much over a long one for 3 GL points
+    long = np.flatnonzero(np.diff(b) > _MAX_DU)
+    if long.size:
+        extra = [
+            np.linspace(b[i], b[i + 1], int(np.ceil((b[i + 1] - b[i]) / _MAX_DU)) + 1)[1:-1]
+            for i in long
+        ]
+        b = np.unique(np.concatenate([b, *extra]))
+    # |A − B| has a kink where A and B cross: add each crossing (secant root) as a breakpoint.
+    # Signs are taken just inside each interval, so a jump at an end (a point mass, a sample)
+    # neither hides a crossing nor fakes one.
+    for _ in range(3):
+        lo, hi = b[:-1], b[1:]
+        eps = 1e-9 * (hi - lo)
+        ul, uh = lo + eps, hi - eps
+        dl = cdf_a(ul) - cdf_b(ul)  # type: ignore[operator]
+        dh = cdf_a(uh) - cdf_b(uh)  # type: ignore[operator]
+        flip = np.flatnonzero(dl * dh < 0)
         if flip.size == 0:
             break
-        t = d[flip] / (d[flip] - d[flip + 1])
-        b = np.unique(np.concatenate((b, b[flip] + t * (b[flip + 1] - b[flip]))))
+        t = dl[flip] / (dl[flip] - dh[flip])
+        b = np.unique(np.concatenate((b, ul[flip] + t * (uh[flip] - ul[flip]))))
     half = 0.5 * np.diff(b)
     mid = 0.5 * (b[1:] + b[:-1])
     u = (mid[:, None] + half[:, None] * _GL_X[None, :]).reshape(-1)
