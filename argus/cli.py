@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "worker": ("argus.commands.worker:worker", "Run stream-worker roles (compressor, l1, l2, l3, funnel, stacks, pagerduty)."),
     "collect": ("argus.commands.collect:collect", "Collector sidecars (py-spy stacks)."),
     "control": ("argus.commands.control:control", "Send runtime commands to running collectors."),
+    "fidelity": ("argus.commands.fidelity:fidelity", "Check compression fidelity: raw vs reconstructed rank W1 (synthetic or Avro files)."),
 }
 
 
