@@ -25,6 +25,7 @@ Parts (select with ``--parts throughput,compression,fidelity,tradeoff``):
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import itertools
 import math
@@ -240,69 +241,82 @@ def part_compression(args: argparse.Namespace) -> None:
 
 
 def part_fidelity(args: argparse.Namespace) -> None:
-    print(
-        f"\n## 3. fidelity  (32 ranks, 1-3 slow at 1.5-3x, {args.windows} windows x {args.events} events/rank, exact raw W1, M=512 grid)"
-    )
-    for cfg in (PAPER, ROBUST):
-        t0 = time.perf_counter()
-        rows = fidelity.evaluate_synthetic(
-            config=cfg, n_windows=args.windows, n_events=args.events, seed=args.seed
-        )
-        print(f"[{cfg.method}]  ({time.perf_counter() - t0:.0f} s)")
+    for spread in (0.0, 0.01):
         print(
-            f"  {'kind':11s} {'groups':>6s} {'rho med':>8s} {'rho p10':>8s} {'raw F1':>7s} {'rec F1':>7s} {'F1 gap':>7s} {'agree':>6s}"
+            f"\n## 3. fidelity  (32 ranks, 1-3 slow at 1.5-3x, {args.windows} windows x {args.events} events/rank, "
+            f"healthy-rank speed spread sigma={spread:g}, exact raw W1, M=512 grid)"
         )
-        for r in rows:
-            print(
-                f"  {r.kind:11s} {r.n_groups:6d} {r.spearman_median:8.3f} {r.spearman_p10:8.3f} {r.raw_f1:7.3f} {r.recon_f1:7.3f} {r.recon_f1 - r.raw_f1:+7.3f} {r.flag_agreement:6.3f}"
+        for cfg in (PAPER, ROBUST):
+            t0 = time.perf_counter()
+            rows = fidelity.evaluate_synthetic(
+                config=cfg,
+                n_windows=args.windows,
+                n_events=args.events,
+                seed=args.seed,
+                rank_spread=spread,
             )
+            print(f"[{cfg.method}]  ({time.perf_counter() - t0:.0f} s)")
+            print(
+                f"  {'kind':11s} {'groups':>6s} {'rho med':>8s} {'rho p10':>8s} {'raw F1':>7s} {'rec F1':>7s} {'F1 gap':>7s} {'agree':>6s}"
+            )
+            for r in rows:
+                print(
+                    f"  {r.kind:11s} {r.n_groups:6d} {r.spearman_median:8.3f} {r.spearman_p10:8.3f} {r.raw_f1:7.3f} "
+                    f"{r.recon_f1:7.3f} {r.recon_f1 - r.raw_f1:+7.3f} {r.flag_agreement:6.3f}"
+                )
+            sys.stdout.flush()
+
+
+TRADEOFF = {
+    "kde-p50p99 (paper)": PAPER,
+    "p10,p50,p90,p99": KdeConfig(method="x", quantile_levels=(0.1, 0.5, 0.9, 0.99)),
+    "kde-q4i": ROBUST,
+    "q4i, factor 0.7": dataclasses.replace(ROBUST, bandwidth_factor=0.7, refine_passes=0),
+    "q4i, factor 0.5": dataclasses.replace(ROBUST, bandwidth_factor=0.5, refine_passes=0),
+    "6 levels, isolate": KdeConfig(
+        method="x", quantile_levels=(0.1, 0.25, 0.5, 0.75, 0.9, 0.99), isolate_log_gap=1.0
+    ),
+    "8 levels, isolate": KdeConfig(
+        method="x",
+        quantile_levels=(0.01, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99),
+        isolate_log_gap=1.0,
+    ),
+}
 
 
 def part_tradeoff(args: argparse.Namespace) -> None:
     codec = Codec()
     batch = workload(args.seed)
     js = len(kineto_json(batch))
-    sets = {
-        "p50,p99": (0.5, 0.99),
-        "p10,p50,p90,p99": (0.1, 0.5, 0.9, 0.99),
-        "6 levels": (0.05, 0.25, 0.5, 0.75, 0.95, 0.99),
-        "8 levels": (0.01, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99),
-    }
     print(
-        f"\n## 4. bytes vs fidelity  ({args.tradeoff_windows} windows; rho = median Spearman over all groups)"
+        f"\n## 4. bytes vs fidelity  ({args.tradeoff_windows} windows, i.i.d. healthy ranks (spread 0): "
+        "median Spearman per kind; bytes = steady-state kernel_summary)"
     )
     print(
-        f"{'levels':18s} {'isolate':>7s} {'bytes':>6s} {'vs JSON':>8s} {'rho stat':>8s} {'rho drift':>9s} {'rho jit':>7s} {'rho moe':>7s} {'rho shap':>8s}"
+        f"{'summary':20s} {'clusters':>8s} {'bytes':>6s} {'vs JSON':>8s} "
+        + " ".join(f"{k[:8]:>8s}" for k in synth.KINDS)
+        + f" {'rawF1':>6s} {'recF1':>6s}"
     )
-    for label, lv in sets.items():
-        for iso in (math.inf, 1.0):
-            cfg = KdeConfig(method="x", quantile_levels=lv, isolate_log_gap=iso)
-            b = len(
-                codec.encode(
-                    "kernel_summary",
-                    summarize_batch(
-                        batch,
-                        config=cfg,
-                        announced=set(
-                            np.frombuffer(summarize_batch(batch)["group_kernel"], "<u4").tolist()
-                        ),
-                    ),
-                )
+    for label, cfg in TRADEOFF.items():
+        first = summarize_batch(batch, config=cfg)
+        rec = summarize_batch(batch, config=cfg, announced={k["id"] for k in first["kernel_names"]})
+        b = len(codec.encode("kernel_summary", rec))
+        rows = {
+            r.kind: r
+            for r in fidelity.evaluate_synthetic(
+                config=cfg,
+                n_windows=args.tradeoff_windows,
+                n_events=args.events,
+                seed=args.seed + 1,
             )
-            rows = {
-                r.kind: r
-                for r in fidelity.evaluate_synthetic(
-                    config=cfg,
-                    n_windows=args.tradeoff_windows,
-                    n_events=args.events,
-                    seed=args.seed + 1,
-                )
-            }
-            rho = [rows[k].spearman_median if k in rows else float("nan") for k in synth.KINDS]
-            print(
-                f"{label:18s} {'yes' if iso < math.inf else 'no':>7s} {b:6d} {js / b:7.0f}x "
-                + " ".join(f"{v:8.3f}" for v in rho)
-            )
+        }
+        rho = [rows[k].spearman_median if k in rows else float("nan") for k in synth.KINDS]
+        print(
+            f"{label:20s} {len(rec['cluster_count']) // 4:8d} {b:6d} {js / b:7.0f}x "
+            + " ".join(f"{v:8.3f}" for v in rho)
+            + f" {rows['all'].raw_f1:6.3f} {rows['all'].recon_f1:6.3f}"
+        )
+        sys.stdout.flush()
 
 
 def main() -> None:
@@ -310,8 +324,8 @@ def main() -> None:
     ap.add_argument("--parts", default="throughput,compression,fidelity,tradeoff")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--events", type=int, default=30_000)
-    ap.add_argument("--windows", type=int, default=6)
-    ap.add_argument("--tradeoff-windows", type=int, default=1)
+    ap.add_argument("--windows", type=int, default=4)
+    ap.add_argument("--tradeoff-windows", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--repeat-naive", type=int, default=3)
     args = ap.parse_args()

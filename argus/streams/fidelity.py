@@ -262,7 +262,7 @@ def check_batches(
     if max_groups is not None and len(chosen) > max_groups:
         s = int(batches[0].get("window_id", 0)) if seed is None else seed
         rank_key = [hashlib.blake2b(f"{s}:{k}".encode(), digest_size=8).digest() for k in chosen]
-        chosen = [k for _, k in sorted(zip(rank_key, chosen, strict=True))][:max_groups]
+        chosen = sorted(k for _, k in sorted(zip(rank_key, chosen, strict=True))[:max_groups])
     if not chosen:
         return _report([])
     chosen_arr = np.array(chosen, dtype=np.uint64)

@@ -107,7 +107,11 @@ class Mix:
             raise SynthError("a mix needs at least one group")
         names: list[str] = []
         where: dict[str, int] = {}
+        seen: set[tuple[str, int]] = set()
         for g in self.groups:
+            if (g.name, g.stream) in seen:
+                raise SynthError(f"group ({g.name!r}, stream {g.stream}) appears twice")
+            seen.add((g.name, g.stream))
             if g.kind not in KINDS:
                 raise SynthError(f"{g.name}: kind {g.kind!r} not in {KINDS}")
             if g.name not in where:
@@ -604,7 +608,7 @@ def default_mix(seed: int = 0) -> Mix:
         streams = (
             (20, 24)
             if "AllReduce" in name or "AllGather" in name
-            else ((28, 32) if "SendRecv" in name else (20,))
+            else ((32,) if "SendRecv" in name else (20,))
         )
         if "ReduceScatter" in name:
             streams = (20, 24)
