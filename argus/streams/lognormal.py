@@ -383,17 +383,25 @@ def w1_matrix_to_reference(qm: np.ndarray, ref: np.ndarray) -> np.ndarray:
 
 
 def pairwise_w1(
-    qm: np.ndarray, *, weights: np.ndarray | None = None, chunk: int = 64
+    qm: np.ndarray, *, weights: np.ndarray | None = None, chunk: int = 4096
 ) -> np.ndarray:
     """(R, R) pairwise W1 between the rows of a quantile matrix (R, M), ns.
 
     ``weights`` (M,) are the probability masses of the grid cells (uniform by default).
-    Computed in row chunks so memory stays O(chunk·R·M).
+    Only the R(R−1)/2 pairs above the diagonal are computed, ``chunk`` pairs at a time, so
+    memory stays O(chunk·M).
     """
     r_, m_ = qm.shape
     wt = np.full(m_, 1.0 / m_) if weights is None else np.asarray(weights, dtype=np.float64)
-    out = np.empty((r_, r_))
-    for a in range(0, r_, chunk):
-        blk = np.abs(qm[a : a + chunk, None, :] - qm[None, :, :])
-        out[a : a + chunk] = blk @ wt
+    iu, ju = np.triu_indices(r_, 1)
+    vals = np.empty(iu.size)
+    for a in range(0, iu.size, chunk):
+        d = qm[iu[a : a + chunk]] - qm[ju[a : a + chunk]]
+        np.abs(d, out=d)
+        vals[a : a + chunk] = d @ wt
+    out = np.zeros((r_, r_))
+    out[iu, ju] = vals
+    out[ju, iu] = vals
+    out[np.isnan(qm).any(axis=1)] = np.nan  # NaN rows stay NaN (also on the diagonal)
+    out[:, np.isnan(qm).any(axis=1)] = np.nan
     return out

@@ -217,10 +217,13 @@ def _summary_columns(record: Mapping[str, Any]) -> tuple[np.ndarray, ...]:
     return gk, gs, gc, cc, q.reshape(n_clusters, levels.size), levels
 
 
-def groups_from_summary(record: Mapping[str, Any]) -> dict[tuple[int, int], Summary]:
+def groups_from_summary(
+    record: Mapping[str, Any], *, keys: Iterable[tuple[int, int]] | None = None
+) -> dict[tuple[int, int], Summary]:
     """``{(kernel_id, stream): Summary}`` of a decoded ``kernel_summary`` record.
 
-    Quantiles come back as float64 from the wire's float32.
+    Quantiles come back as float64 from the wire's float32. With ``keys``, only those groups
+    (the ones present) are built.
 
     Raises
     ------
@@ -231,10 +234,16 @@ def groups_from_summary(record: Mapping[str, Any]) -> dict[tuple[int, int], Summ
     method = str(record.get("method", PAPER.method))
     ends = np.cumsum(gc, dtype=np.int64)
     out: dict[tuple[int, int], Summary] = {}
-    for k, s, a, b in zip(
-        gk.tolist(), gs.tolist(), (ends - gc).tolist(), ends.tolist(), strict=True
-    ):
-        out[(k, s)] = Summary(levels, cc[a:b].astype(np.int64), q[a:b].astype(np.float64), method)
+    rows: Iterable[int] = range(gk.size)
+    if keys is not None:
+        want = {(int(k), int(st)) for k, st in keys}
+        rows = [i for i, ks in enumerate(zip(gk.tolist(), gs.tolist(), strict=True)) if ks in want]
+    starts = (ends - gc).tolist()
+    for i in rows:
+        a, b = starts[i], int(ends[i])
+        out[(int(gk[i]), int(gs[i]))] = Summary(
+            levels, cc[a:b].astype(np.int64), q[a:b].astype(np.float64), method
+        )
     return out
 
 
