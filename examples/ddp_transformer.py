@@ -139,6 +139,29 @@ def _rss_bytes() -> int:
     return 0
 
 
+def _collector_threads_cpu_s() -> float:
+    """CPU seconds used so far by the collectors' own threads: the ``argus-*`` Python threads
+    (exact, per-thread CPU clocks) and librdkafka's ``rdk:*`` threads (/proc, 10 ms ticks)."""
+    import threading
+
+    total = 0.0
+    for t in threading.enumerate():
+        if t.name.startswith("argus-") and t.ident is not None:
+            try:
+                total += time.clock_gettime(time.pthread_getcpuclockid(t.ident))
+            except (OSError, ValueError):
+                continue
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            st = Path(f"/proc/self/task/{tid}/stat").read_text()
+        except OSError:
+            continue
+        if st[st.index("(") + 1 : st.rindex(")")].startswith("rdk:"):
+            f = st.rsplit(")", 1)[1].split()
+            total += (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
 def _apply_mode(col: Any, mode: str, mode_file: str | None) -> None:
     if col is not None:
         col.set_channels(phases=mode in ("all", "phases"), kernels=mode in ("all", "kernels"))
@@ -210,7 +233,14 @@ def train(rank: int, world: int, args: argparse.Namespace) -> None:
             # the first step of a block pays the mode switch; time the rest
             now = time.perf_counter()
             if cur["t0"] is None:
-                cur.update(t0=now, cpu0=time.process_time(), last=now, durs=[])
+                cur.update(
+                    t0=now,
+                    cpu0=time.process_time(),
+                    last=now,
+                    durs=[],
+                    bg0=_collector_threads_cpu_s(),
+                    oh0=col.overhead_total_ns if col is not None else 0,
+                )
             else:
                 cur["steps"] += 1
                 cur["durs"].append(now - cur["last"])
@@ -225,6 +255,10 @@ def train(rank: int, world: int, args: argparse.Namespace) -> None:
                     "rss_bytes": _rss_bytes(),
                     "median_step_s": statistics.median(cur["durs"]),
                     "cpu_s": time.process_time() - cur["cpu0"],
+                    "collector_threads_cpu_s": _collector_threads_cpu_s() - cur["bg0"],
+                    "collector_train_thread_s": (
+                        (col.overhead_total_ns - cur["oh0"]) / 1e9 if col is not None else 0.0
+                    ),
                 }
                 if col is not None:
                     rec.update(

@@ -34,11 +34,13 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager, suppress
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from argus.collectors.config import CollectorConfig, load_collector_config
-from argus.collectors.errors import CollectorConfigError
-from argus.collectors.topology import Layout, Topology, discover_topology, group_id
+if TYPE_CHECKING:  # imported lazily: importing argus.collectors must cost nothing
+    from argus.collectors.config import CollectorConfig
+    from argus.collectors.errors import CollectorConfigError
+    from argus.collectors.runtime import Collector
+    from argus.collectors.topology import Layout, Topology, group_id
 
 __all__ = [
     "Collector",
@@ -83,12 +85,23 @@ def active() -> Any:
     return _active
 
 
-def __getattr__(name: str) -> Any:
-    if name == "Collector":
-        from argus.collectors.runtime import Collector
+_LAZY = {
+    "Collector": "argus.collectors.runtime",
+    "CollectorConfig": "argus.collectors.config",
+    "CollectorConfigError": "argus.collectors.errors",
+    "Layout": "argus.collectors.topology",
+    "Topology": "argus.collectors.topology",
+    "group_id": "argus.collectors.topology",
+}
 
-        return Collector
-    raise AttributeError(name)
+
+def __getattr__(name: str) -> Any:
+    mod = _LAZY.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'argus.collectors' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(mod), name)
 
 
 def start(
@@ -149,8 +162,11 @@ def start(
         if _active is not None:
             log.warning("argus collectors already started (job %s); ignoring start()", _active.job)
             return _active
+        from argus.collectors.config import load_collector_config
+        from argus.collectors.errors import CollectorConfigError
         from argus.collectors.registry import ProcessEntry, register_process, unregister_process
         from argus.collectors.runtime import Collector
+        from argus.collectors.topology import discover_topology
         from argus.config import ConfigError, load_settings
 
         try:

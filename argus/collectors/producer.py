@@ -76,7 +76,7 @@ class RecordProducer:
         max_bytes: int = 32 * 1024 * 1024,
         message_timeout_ms: int = 30_000,
         codec: Codec | None = None,
-        drain_interval_s: float = 0.05,
+        drain_interval_s: float = 0.2,
     ) -> None:
         from confluent_kafka import Producer
 

@@ -136,6 +136,7 @@ class Collector:
         self.explicit_steps = False
         self.auto_stepping = False
         self.steps_emitted = 0
+        self.overhead_total_ns = 0  # cumulative training-thread cost, ns
         self.backoff_events = 0
         # side channels ---------------------------------------------------------------------
         self._follower: ControlFollower | None = None
@@ -206,6 +207,7 @@ class Collector:
             else:
                 self._inactive_ns.append(dur)
             oh = self.oh_ns + (_perf() - t0)
+            self.overhead_total_ns += oh
             if self.phases_on:
                 self._queue_step(dur, oh)
             decision = self.budget.observe(oh, max(dur, 1))

@@ -73,3 +73,39 @@ def test_known_sleeps_are_timed_within_tolerance(prefixed: Settings) -> None:
         c = r["collector"]
         assert 0 < c["overhead_ns"] < 5 * MS
         assert c["dropped_records"] == 0 and c["errors"] == 0 and c["backed_off"] is False
+
+
+@pytest.mark.skipif(
+    not __import__("importlib").util.find_spec("torch")
+    or not __import__("torch").cuda.is_available(),
+    reason="needs a CUDA device (none on the CPU CI machine); bench/gpu_cupti_check.py too",
+)
+def test_side_stream_phase_is_timed_on_its_stream(offline: Settings) -> None:
+    import torch
+
+    col = ac.start(
+        job="cuda-phase", settings=offline, kernels=False, control=False, publish_topology=False
+    )
+    assert col.timer == "cuda_event"
+    got: list[dict] = []
+    col.producer.tap = lambda name, rec: got.append(dict(rec)) if name == "step_record" else None
+    side = torch.cuda.Stream()
+    a = torch.randn(4096, 4096, device="cuda")
+    torch.cuda.synchronize()
+    ref0, ref1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    with torch.cuda.stream(side):
+        ref0.record(side)
+        for _ in range(5):
+            a @ a
+        ref1.record(side)
+    torch.cuda.synchronize()
+    ref_ns = ref0.elapsed_time(ref1) * 1e6
+    with ac.step(0), torch.cuda.stream(side), ac.phase("side", stream=side):
+        for _ in range(5):
+            a @ a
+    torch.cuda.synchronize()
+    deadline = time.monotonic() + 10
+    while not got and time.monotonic() < deadline:
+        time.sleep(0.05)
+    side_ns = {p["name"]: p for p in got[0]["phases"]}["side"]["duration_ns"]
+    assert abs(side_ns - ref_ns) < 0.3 * ref_ns  # GPU time, not the µs of host enqueue

@@ -39,6 +39,11 @@ class ProfilerSource:
     """
 
     def __init__(self, *, gpu: bool, max_events: int) -> None:
+        import os
+
+        # Kineto prints a line to stderr at every profiler start/stop (and a CUDA probe error
+        # on CPU hosts); keep training logs clean unless the user chose a level
+        os.environ.setdefault("KINETO_LOG_LEVEL", "6")
         import torch.profiler as tp
 
         self._tp = tp
