@@ -547,15 +547,22 @@ def summarize_many(
 
     # (3)-(5) valley splits per group, then (refinement) inside each cluster
     splits = _valley_splits(xs, starts, counts, gs, config)
+    fresh = splits  # splits of the last pass: only the clusters around them can split again
     for _ in range(config.refine_passes):
-        if splits.size == 0:
+        if fresh.size == 0:
             break
-        seg = np.sort(np.concatenate((starts, splits)))
-        seg_n = np.diff(np.append(seg, xs.size))
-        more = _valley_splits(xs, seg, seg_n, np.repeat(np.arange(seg.size), seg_n), config)
-        if more.size == 0:
-            break
-        splits = np.sort(np.concatenate((splits, more)))
+        bounds = np.sort(np.concatenate((starts, splits, [xs.size])))
+        b_idx = np.searchsorted(bounds, fresh)  # fresh split = bounds[b_idx]
+        # the two clusters on either side of each fresh split (a cluster may border two)
+        seg = np.unique(np.concatenate((b_idx - 1, b_idx)))
+        seg_start, seg_n = bounds[seg], bounds[seg + 1] - bounds[seg]
+        sub_start = np.cumsum(seg_n) - seg_n
+        take = np.repeat(seg_start - sub_start, seg_n) + np.arange(int(seg_n.sum()))
+        sub = _valley_splits(
+            xs[take], sub_start, seg_n, np.repeat(np.arange(seg.size), seg_n), config
+        )
+        fresh = take[sub] if sub.size else sub
+        splits = np.sort(np.concatenate((splits, fresh)))
     splits = _cap_clusters(xs, starts, splits, config.max_clusters)
 
     # (6) clusters = runs of xs between group starts and kept splits
