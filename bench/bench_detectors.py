@@ -250,7 +250,7 @@ def bench_scenarios(sizes: list[int], steps: int, l3_steps: dict[int, int]) -> N
                 if not k:
                     continue
                 run = SimRun.make(name, ranks=r, steps=k, seed=11)
-                res = record_diagnose(run, window_steps=max(k // 4, 2))
+                res = record_diagnose(run)
             else:
                 run = SimRun.make(name, ranks=r, steps=steps, seed=11, kernels=False)
                 res = array_diagnose(run)
@@ -265,7 +265,11 @@ def bench_scenarios(sizes: list[int], steps: int, l3_steps: dict[int, int]) -> N
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="64 and 512 ranks only, fewer steps")
+    ap.add_argument("--only", default="", help="comma-separated scenarios (skips the rest)")
     args = ap.parse_args()
+    if args.only:
+        global SCENARIOS
+        SCENARIOS = tuple(s for s in SCENARIOS if s in args.only.split(","))
     sizes = [64, 512] if args.quick else [64, 512, 4096]
     t = time.strftime("%Y-%m-%d %H:%M")
     print(f"bench_detectors  {t}  python {sys.version.split()[0]}  cpus {os.cpu_count()}")

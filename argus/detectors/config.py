@@ -160,6 +160,11 @@ class L3Config:
         population). 4 (ours).
     min_groups : int
         Group-vs-group comparison needs at least this many groups. 3 (ours).
+    min_events : int
+        A rank's (kernel, stream) is judged only with at least this many events in the
+        window (summed cluster counts). 24 (ours: with 8-16 events per rank-window the KDE
+        summaries of a 512-rank group gave false divergences in ``bench/bench_detectors.py``;
+        the default 10-step window holds >= 40 events of every simulated kernel).
     skip_stream_kinds : tuple of str
         Streams whose kernels L3 does not judge. ``("p2p",)`` (ours: pipeline send/recv
         kernel time is the pipeline bubble, i.e. waiting; L2 judges it per PP chain).
@@ -176,12 +181,13 @@ class L3Config:
     pairwise_max: int = 64
     min_ranks: int = 4
     min_groups: int = 3
+    min_events: int = 24
     skip_stream_kinds: tuple[str, ...] = ("p2p",)
     match_stream: bool = True
 
     def __post_init__(self) -> None:
         _at_least(self, 0.0, "iqr_alpha", "min_rel_w1", "min_rel_w1_comm", "min_median_ratio")
-        _positive(self, "n_probs", "pairwise_max")
+        _positive(self, "n_probs", "pairwise_max", "min_events")
         _at_least(self, 2.0, "min_ranks", "min_groups")
 
 

@@ -120,6 +120,12 @@ def detect_window(
             for key in rk.summaries:
                 k = key if cfg.match_stream else (key[0], -1)
                 keys.setdefault(k, []).append(i)
+        for k in list(keys):  # too few events for a distribution: not judged
+            keys[k] = [
+                i
+                for i in dict.fromkeys(keys[k])
+                if _lookup(members[i], k, cfg.match_stream).n >= cfg.min_events
+            ]
         for key in sorted(keys):
             rows = keys[key]
             if len(rows) < 2:
