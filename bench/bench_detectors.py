@@ -273,15 +273,13 @@ def main() -> None:
     sizes = [64, 512] if args.quick else [64, 512, 4096]
     t = time.strftime("%Y-%m-%d %H:%M")
     print(f"bench_detectors  {t}  python {sys.version.split()[0]}  cpus {os.cpu_count()}")
-    bench_l3_speed()
-    check_paths_agree()
-    l3_steps = {64: 200, 512: 40, 4096: 8} if not args.quick else {64: 60, 512: 16}
-    bench_healthy(sizes, 300 if args.quick else 1000, l3_steps)
-    bench_scenarios(
-        sizes,
-        100 if args.quick else 200,
-        {64: 40, 512: 24, 4096: 8} if not args.quick else {64: 40, 512: 16},
-    )
+    if not args.only:
+        bench_l3_speed()
+        check_paths_agree()
+        l3_steps = {64: 200, 512: 40, 4096: 10} if not args.quick else {64: 60, 512: 20}
+        bench_healthy(sizes, 300 if args.quick else 1000, l3_steps)
+    l3_faulty = {64: 40, 512: 30, 4096: 20} if not args.quick else {64: 40, 512: 20}
+    bench_scenarios(sizes, 100 if args.quick else 200, l3_faulty)
 
 
 if __name__ == "__main__":
