@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -31,6 +30,7 @@ __all__ = ["Collector"]
 log = logging.getLogger("argus.collectors")
 
 _perf = time.perf_counter_ns
+_cpu = time.thread_time_ns  # collector cost: CPU time of the training thread
 _wall = time.time_ns
 
 STEP_RECORD_BYTES = 256  # size hint per step record + per phase below
@@ -132,7 +132,7 @@ class Collector:
         self._window_first_step = 0
         self._window_wall = 0
         self._window_steps = 0
-        self._inactive_ns: deque[int] = deque(maxlen=32)
+        self._kernel_oh_pending_ns = 0
         self.explicit_steps = False
         self.auto_stepping = False
         self.steps_emitted = 0
@@ -172,7 +172,7 @@ class Collector:
                 self.step_end()
         except Exception:
             self.errors += 1
-        t0 = _perf()
+        c0 = _cpu()
         try:
             self.step_index = self.step_index + 1 if step is None else int(step)
             self.in_step = True
@@ -184,29 +184,25 @@ class Collector:
             self._maybe_open_window()
         except Exception:
             self.errors += 1
-        self.oh_ns = _perf() - t0
+        self.oh_ns = _cpu() - c0
 
     def step_end(self) -> None:
         """Mark the end of the current step and queue its records."""
         t0 = _perf()
+        c0 = _cpu()
         try:
             if not self.in_step or self._closed or self._pid != os.getpid():
                 return
             self.in_step = False
             dur = t0 - self._step_mono
-            was_window = self._window_open
-            if was_window:
+            if self._window_open:
                 self._window_steps += 1
                 if self._window_steps >= self._active_now() or not self.kernels_on:
                     self._close_window()
-                # the profiler's cost is inside the ops it instruments: estimate it as the
-                # inflation of this step over recent steps without a window
-                if self._inactive_ns:
-                    base = sorted(self._inactive_ns)[len(self._inactive_ns) // 2]
-                    self.oh_ns += max(0, dur - base)
-            else:
-                self._inactive_ns.append(dur)
-            oh = self.oh_ns + (_perf() - t0)
+            # the profiler's cost lies inside the ops it instruments; it is estimated when a
+            # window is parsed (events x calibrated cost per event) and charged here
+            pending, self._kernel_oh_pending_ns = self._kernel_oh_pending_ns, 0
+            oh = self.oh_ns + pending + (_cpu() - c0)
             self.overhead_total_ns += oh
             if self.phases_on:
                 self._queue_step(dur, oh)
@@ -324,6 +320,8 @@ class Collector:
         cols = build()
         if cols is None:
             return None
+        per_event = float(getattr(self.kernel_source, "cost_per_event_ns", 0.0))
+        self._kernel_oh_pending_ns += int(per_event * len(cols))
         return {
             "job": self.job,
             "rank": self.topo.rank,
