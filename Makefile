@@ -25,9 +25,8 @@ kafka-down: ## stop the local broker
 topics: kafka-up
 	$(ARGUS) topics create
 
-demo: setup ## the main job end to end (for now: broker + topics; the pipeline demo lands with issue 5)
-	$(ARGUS) kafka status
-	$(ARGUS) topics list
+demo: setup ## the main job end to end: broker, workers, a faulty job, the live funnel
+	$(ARGUS) demo
 
 test: ## the whole suite (unit + integration against the real local broker)
 	$(ARGUS) kafka up

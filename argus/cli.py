@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "topics": ("argus.commands.kafka:topics", "Create or list the argus topics."),
     "simulate": ("argus.commands.simulate:simulate", "Simulate a training job with injected faults (Avro files or Kafka)."),
     "diagnose": ("argus.commands.diagnose:diagnose", "Diagnose recorded Avro files offline: L1-L3 and the funnel."),
+    "demo": ("argus.commands.demo:demo", "The main job end to end: broker, workers, a faulty simulated job, live funnel."),
     "worker": ("argus.commands.worker:worker", "Run stream-worker roles (compressor, l1, l2, l3, funnel, stacks, pagerduty)."),
     "collect": ("argus.commands.collect:collect", "Collector sidecars (py-spy stacks)."),
     "control": ("argus.commands.control:control", "Send runtime commands to running collectors."),

@@ -25,7 +25,7 @@ import time
 import zlib
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import faust
 
@@ -35,7 +35,15 @@ from argus.streams import metrics
 from argus.streams.pipeline_config import PipelineConfig
 from argus.topics import topic_name
 
-__all__ = ["ROLES", "Ctx", "build_app", "partition_of"]
+__all__ = [
+    "ROLES",
+    "Ctx",
+    "WindowRole",
+    "build_app",
+    "partition_of",
+    "route_batches",
+    "window_agent",
+]
 
 log = logging.getLogger("argus.streams")
 
@@ -60,6 +68,7 @@ class Ctx:
     detectors: Any  # argus.detectors.config.DetectorsConfig
     topics: dict[str, faust.TopicT] = field(default_factory=dict)
     internal: dict[str, faust.TopicT] = field(default_factory=dict)
+    shared: dict[str, Any] = field(default_factory=dict)  # agents shared by several roles
 
     def topic(self, suffix: str) -> str:
         return topic_name(suffix, self.settings.topic_prefix)
@@ -94,7 +103,7 @@ class Ctx:
             name, default=None, partitions=self.pcfg.internal_partitions, key_type=str
         )
 
-    async def send_keyed(self, topic: faust.TopicT, key: str, value: dict[str, Any]) -> None:
+    async def send_keyed(self, topic: faust.TopicT, key: str, value: Any) -> None:
         """Send a JSON value to an internal topic on the key's stable partition."""
         await topic.send(
             key=key.encode(),
@@ -253,3 +262,99 @@ async def guarded(
     except Exception as exc:
         log.exception("%s: handler failed", role)
         await ctx.dlq(event, exc, role, reason="handler-error")
+
+
+# -- routers and window agents ---------------------------------------------------------------
+# faust's ``take()``/``take_events()`` batching stalled low-volume agents when many agents
+# share one worker (faust-streaming 0.15.3; see robinhood/faust#262, faust-streaming#175),
+# so both shapes below work one event at a time.
+
+Route = Callable[[faust.EventT], Awaitable[list[tuple[str, Any]] | None]]
+
+
+def route_batches(
+    ctx: Ctx, src: faust.TopicT, dst: faust.TopicT, *, name: str, role: str, route: Route
+) -> None:
+    """A stateless router: decode and re-key each event onto ``dst``.
+
+    ``route(event)`` returns ``[(key, item), ...]``; a decoding or validation error sends
+    the event to the DLQ. Items of one event with the same key travel as one message
+    ``{"items": [item, ...]}``.
+    """
+    suffix = src.get_topic_name().removeprefix(ctx.settings.topic_prefix + ".")
+
+    @ctx.app.agent(src, name=name)
+    async def _router(stream: faust.StreamT) -> None:
+        async for event in stream.events():
+            metrics.RECORDS_IN.labels(role, suffix).inc()
+            try:
+                routed = await route(event)
+            except Exception as exc:
+                await ctx.dlq(event, exc, role)
+                continue
+            out: dict[str, list[Any]] = {}
+            for key, item in routed or ():
+                out.setdefault(key, []).append(item)
+            sent = time.time()
+            for key, items in out.items():
+                await ctx.send_keyed(dst, key, {"items": items, "t": sent})
+
+
+class WindowRole(Protocol):
+    """What a window agent does with its state (one JSON-able dict per key)."""
+
+    def new(self, key: str) -> dict[str, Any]: ...
+
+    async def add(self, key: str, st: dict[str, Any], item: Any, now: float) -> None:
+        """Fold one routed item into the key's state."""
+
+    async def tick(self, key: str, st: dict[str, Any], now: float) -> bool:
+        """Periodic work (grace periods); True when ``st`` changed."""
+
+
+def window_agent(
+    ctx: Ctx, topic: faust.TopicT, *, name: str, role: str, impl: WindowRole, tick_s: float = 1.0
+) -> Any:
+    """A stateful agent over a re-key topic: one table entry per key (changelogged).
+
+    Returns the faust table. An exception in ``impl`` sends the event's bytes to the DLQ
+    and leaves that key's state as it was before the event.
+
+    Time: ``now`` is the *send* time of the message (routers stamp ``"t"``; ticks carry
+    theirs), not the time it is processed. A tick is processed after everything sent to its
+    partition before it, so grace periods measured this way do not expire just because
+    this agent is behind (a lagging consumer would otherwise see every key go quiet).
+    """
+    state = ctx.table(f"{name}-state")
+    parts = ctx.pcfg.internal_partitions
+
+    async def _handle(ev: faust.EventT) -> None:
+        msg = json.loads(ev.message.value)
+        now = float(msg.get("t") or msg.get("now") or time.time())
+        if is_tick(ev):
+            part = ev.message.partition
+            for key in list(state.keys()):
+                if partition_of(key, parts) == part:
+                    st = state[key]
+                    if await impl.tick(key, st, now):
+                        state[key] = st
+            return
+        key = ev.message.key.decode()
+        st = state.get(key) or impl.new(key)
+        for item in msg["items"]:
+            await impl.add(key, st, item, now)
+        state[key] = st
+
+    @ctx.app.agent(topic, name=name)
+    async def _windows(stream: faust.StreamT) -> None:
+        async for ev in stream.events():
+            try:
+                await _handle(ev)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.exception("%s: window agent failed on an event", role)
+                await ctx.dlq(ev, exc, role, reason="handler-error")
+
+    add_ticker(ctx, topic, tick_s)
+    return state

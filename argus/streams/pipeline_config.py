@@ -27,10 +27,18 @@ class PipelineConfig:
     l3_grace_s : float
         Processing time an L3 window waits for the last rank's summary (s).
     l3_windows : int
-        Kernel windows merged per L3 evaluation (tumbling). 4: enough events per rank for a
-        stable distribution, and the L3 latency stays within one minute at 15 steps/min.
-    funnel_window_s : float
-        Processing-time length of one funnel window (s); persistence counts these.
+        Kernel windows (steps) per L3 evaluation, aligned blocks. 10, as the funnel window
+        and ``argus diagnose``: enough events per rank for stable distributions (4 gave
+        spurious single-rank divergences), and at 15 steps/min a block ends within 40 s.
+    funnel_window_steps : int
+        Steps per funnel window (event time); persistence counts these windows. 10, as
+        ``argus diagnose``.
+    funnel_grace_s : float
+        How long a funnel window stays open after the job's progress passed its end, for the
+        slower levels (L3) to report (s).
+    funnel_idle_s : float
+        A job with no progress for this long closes one (quiet) funnel window per period, so
+        alerts of a finished or stalled job still resolve (s).
     internal_partitions : int
         Partitions of the re-key topics and tables (scale-out unit of L1/L2/L3/funnel).
     fidelity_every : int
@@ -46,8 +54,10 @@ class PipelineConfig:
     step_grace_s: float = 10.0
     l2_window_steps: int = 4
     l3_grace_s: float = 20.0
-    l3_windows: int = 4
-    funnel_window_s: float = 5.0
+    l3_windows: int = 10
+    funnel_window_steps: int = 10
+    funnel_grace_s: float = 15.0
+    funnel_idle_s: float = 60.0
     internal_partitions: int = 4
     fidelity_every: int = 16
     stack_window_s: float = 10.0

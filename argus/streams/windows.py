@@ -2,13 +2,18 @@
 
 Pure bookkeeping over a JSON-able ``dict`` (so a faust table can hold it and its changelog
 can restore it): the stream agents keep the payloads elsewhere and ask this module which
-steps are complete. A rank that never reports does not hang a window: after ``grace_s`` of
-processing time the step closes with that rank listed as missing (itself a finding).
+steps are complete. A rank that never reports does not hang a window: the step closes
+with that rank listed as missing (itself a finding) once it is ``grace_s`` old (processing
+time) **and** either the key went quiet for ``grace_s`` (the job stalled: a dead rank stops
+synchronous training) or ``skew_steps`` newer steps arrived (the job went on without the
+rank). The second condition keeps a lagging consumer, whose records arrive late but keep
+arriving, from declaring ranks missing that are merely queued.
 
 State layout::
 
     {"pending": {"<step>": {"t0": <s>, "exp": <n>, "got": [<rank>, ...]}},
      "closed": [<step>, ...],     # most recent closed steps, bounded
+     "newest": <step>, "t_last": <s>,   # newest step seen, time of the last report
      "late": <n>}                 # records for steps already closed (counted, not used)
 """
 
@@ -37,7 +42,7 @@ class ClosedStep:
 
 
 def new_state() -> dict[str, Any]:
-    return {"pending": {}, "closed": [], "late": 0}
+    return {"pending": {}, "closed": [], "newest": -1, "t_last": 0.0, "late": 0}
 
 
 def add(
@@ -54,6 +59,8 @@ def add(
         The step, when this report completed it.
     """
     key = str(step)
+    state["t_last"] = now_s
+    state["newest"] = max(int(state.get("newest", -1)), int(step))
     if step in state["closed"]:
         state["late"] = int(state.get("late", 0)) + 1
         return "late", []
@@ -69,9 +76,17 @@ def add(
     return "new", []
 
 
-def expire(state: dict[str, Any], *, now_s: float, grace_s: float) -> list[ClosedStep]:
-    """Close every pending step older than ``grace_s`` (processing time); mutates ``state``."""
-    due = [k for k, p in state["pending"].items() if now_s - float(p["t0"]) >= grace_s]
+def expire(
+    state: dict[str, Any], *, now_s: float, grace_s: float, skew_steps: int = 8
+) -> list[ClosedStep]:
+    """Close the pending steps that timed out (see the module doc); mutates ``state``."""
+    quiet = now_s - float(state.get("t_last", 0.0)) >= grace_s
+    newest = int(state.get("newest", -1))
+    due = [
+        k
+        for k, p in state["pending"].items()
+        if now_s - float(p["t0"]) >= grace_s and (quiet or newest - int(k) >= skew_steps)
+    ]
     return [_close(state, k, timed_out=True) for k in sorted(due, key=int)]
 
 

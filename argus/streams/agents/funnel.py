@@ -1,18 +1,23 @@
 """Funnel/alerter: ``argus.anomalies`` -> ``argus.alerts``.
 
 The router re-keys anomalies by job (a culprit's L1, L2 and L3 findings come from different
-groups). The funnel agent gathers a job's findings for ``funnel_window_s`` of processing
-time and advances the pure funnel (:func:`argus.detectors.funnel.step`) once per window in
-which the job made progress (L1 reports closed steps on the same internal topic), so a
-quiet window counts towards resolving an alert while a stopped job freezes its alerts.
+groups). Findings go to event-time windows of ``funnel_window_steps`` steps by their last
+step, like ``argus diagnose``. L1 reports each closed step, and L3 each evaluated block of
+kernel windows, on the same internal topic. A window closes once L1 passed its end and
+either L3 did too (every scope group of the job) or ``funnel_grace_s`` passed, so the slower
+L3 findings join the L2 findings of the same steps; then the pure funnel
+(:func:`argus.detectors.funnel.step`) advances by that window: quiet windows count towards
+resolving an alert. A job without progress for ``funnel_idle_s`` closes one quiet window per
+period (once L3 caught up, or after three periods), so a finished job's alerts resolve.
+Findings for a window already closed join the next open one.
+
 Alerts are keyed by their dedup key; the funnel state lives in a table, so a restarted
-worker neither loses an open alert nor triggers it twice.
+worker neither loses an open alert nor triggers it twice (anomaly ids seen are kept too, so
+a replayed anomaly is not counted again).
 """
 
 from __future__ import annotations
 
-import json
-import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,7 +27,7 @@ from argus.detectors import funnel
 from argus.detectors.findings import Finding
 from argus.streams import metrics
 from argus.streams.agents.common import remember
-from argus.streams.app import Ctx, add_lag_gauge, add_ticker, guarded, is_tick, partition_of
+from argus.streams.app import Ctx, add_lag_gauge, route_batches, window_agent
 
 __all__ = ["finding_from_anomaly", "register"]
 
@@ -56,74 +61,95 @@ def finding_from_anomaly(rec: Mapping[str, Any]) -> Finding:
     )
 
 
+class _Funnel:
+    def __init__(self, ctx: Ctx) -> None:
+        self.ctx = ctx
+        self.cfg = ctx.detectors.funnel
+        self.w = ctx.pcfg.funnel_window_steps
+        self.grace = ctx.pcfg.funnel_grace_s
+        self.idle = ctx.pcfg.funnel_idle_s
+
+    def new(self, key: str) -> dict[str, Any]:
+        return {
+            "fs": funnel.FunnelState().to_dict(),
+            "buckets": {},
+            "closed": None,
+            "progress": -1,
+            "passed": {},
+            "t_progress": 0.0,
+            "l3": {},
+            "seen": [],
+        }
+
+    def _start(self, st: dict[str, Any], step: int, now: float) -> None:
+        if st["closed"] is None:  # first sight of the job: windows before it are not ours
+            st["closed"] = step // self.w - 1
+            st["t_progress"] = now
+
+    async def add(self, job: str, st: dict[str, Any], m: dict[str, Any], now: float) -> None:
+        if "l3" in m:
+            st["l3"][m["l3"]] = max(int(m["w"]), int(st["l3"].get(m["l3"], -1)))
+            return
+        if "progress" in m:
+            self._start(st, int(m["progress"]), now)
+            st["progress"] = max(st["progress"], int(m["progress"]))
+            st["t_progress"] = now
+            return
+        if not remember(st["seen"], m["id"]):
+            metrics.DUPLICATES.labels("funnel").inc()
+            return
+        self._start(st, int(m["window_end_step"]), now)
+        k = max(int(m["window_end_step"]) // self.w, st["closed"] + 1)
+        st["buckets"].setdefault(str(k), []).append(m)
+
+    async def tick(self, job: str, st: dict[str, Any], now: float) -> bool:
+        if st["closed"] is None:
+            return False
+        changed = False
+        l3 = min(st["l3"].values()) if st["l3"] else None
+        while True:
+            k = st["closed"] + 1
+            end = (k + 1) * self.w - 1
+            idle = now - st["t_progress"]
+            if st["progress"] >= end:
+                t = st["passed"].setdefault(str(k), now)
+                changed = changed or t == now
+                if not (l3 is not None and l3 >= end) and now - t < self.grace:
+                    break
+            elif (
+                (st["buckets"] or st["fs"]["culprits"])
+                and idle >= self.idle
+                and (l3 is None or l3 >= st["progress"] or idle >= 3 * self.idle)
+            ):
+                st["t_progress"] = now  # one quiet window per idle period
+            else:
+                break
+            await self._close(st, k)
+            changed = True
+        return changed
+
+    async def _close(self, st: dict[str, Any], k: int) -> None:
+        findings = [finding_from_anomaly(f) for f in st["buckets"].pop(str(k), [])]
+        st["passed"].pop(str(k), None)
+        st["closed"] = k
+        fs, out = funnel.step(funnel.FunnelState.from_dict(st["fs"]), findings, self.cfg)
+        st["fs"] = fs.to_dict()
+        for alert in out.alerts:
+            await self.ctx.emit("alerts", alert["dedup_key"], "alert", alert, "funnel")
+            metrics.ALERTS.labels(alert["action"]).inc()
+
+
 def register(ctx: Ctx) -> None:
-    cfg = ctx.detectors.funnel
     src = ctx.external("anomalies")
     jobs = ctx.internal_topic("funnel-jobs")
-    state = ctx.table("funnel-state")
-    window_s = ctx.pcfg.funnel_window_s
 
-    @ctx.app.agent(src, name="funnel-router")
-    async def funnel_router(stream: faust.StreamT) -> None:
-        async for event in stream.events():
-            metrics.RECORDS_IN.labels("funnel", "anomalies").inc()
+    async def route(event: faust.EventT) -> list[tuple[str, Any]]:
+        rec = ctx.codec.decode_as("anomaly", event.message.value)
+        finding_from_anomaly(rec)  # validates level and kind
+        if rec["level"] == "funnel":
+            return []
+        return [(rec["job"], {k: v for k, v in rec.items() if k != "detected_ns"})]
 
-            async def handle(event: faust.EventT = event) -> None:
-                try:
-                    rec = ctx.codec.decode_as("anomaly", event.message.value)
-                    finding_from_anomaly(rec)  # validates level and kind
-                except Exception as exc:
-                    await ctx.dlq(event, exc, "funnel")
-                    return
-                if rec["level"] == "funnel":
-                    return
-                rec = {k: v for k, v in rec.items() if k != "detected_ns"}
-                await ctx.send_keyed(jobs, rec["job"], {"f": rec})
-
-            await guarded(ctx, event, "funnel", handle)
-
-    async def advance(job: str, st: dict[str, Any], now: float) -> None:
-        findings = [finding_from_anomaly(f) for f in st["pending"]]
-        fs, out = funnel.step(funnel.FunnelState.from_dict(st["fs"]), findings, cfg)
-        for alert in out.alerts:
-            await ctx.emit("alerts", alert["dedup_key"], "alert", alert, "funnel")
-            metrics.ALERTS.labels(alert["action"]).inc()
-        st.update(fs=fs.to_dict(), pending=[], active=False, t0=now)
-
-    @ctx.app.agent(jobs, name="funnel-windows")
-    async def funnel_windows(stream: faust.StreamT) -> None:
-        async for event in stream.events():
-
-            async def handle(event: faust.EventT = event) -> None:
-                now = time.time()
-                if is_tick(event):
-                    part = event.message.partition
-                    for job in list(state.keys()):
-                        if partition_of(job, ctx.pcfg.internal_partitions) != part:
-                            continue
-                        st = state[job]
-                        if now - st["t0"] >= window_s and (st["pending"] or st["active"]):
-                            await advance(job, st, now)
-                            state[job] = st
-                    return
-                job = event.message.key.decode()
-                m = json.loads(event.message.value)
-                st = state.get(job) or {
-                    "pending": [],
-                    "fs": funnel.FunnelState().to_dict(),
-                    "active": False,
-                    "t0": now,
-                    "seen": [],
-                }
-                if "progress" in m:
-                    st["active"] = True
-                elif remember(st["seen"], m["f"]["id"]):
-                    st["pending"].append(m["f"])
-                else:
-                    metrics.DUPLICATES.labels("funnel").inc()
-                state[job] = st
-
-            await guarded(ctx, event, "funnel", handle)
-
-    add_ticker(ctx, jobs)
+    route_batches(ctx, src, jobs, name="funnel-router", role="funnel", route=route)
+    window_agent(ctx, jobs, name="funnel-windows", role="funnel", impl=_Funnel(ctx))
     add_lag_gauge(ctx, "funnel", [ctx.topic("anomalies"), jobs.get_topic_name()])

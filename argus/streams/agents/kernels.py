@@ -8,14 +8,14 @@
   (:func:`argus.streams.fidelity.check_batches`), whose Spearman figure is a metric.
 * **l3**: summaries re-keyed by scope group (``job/dp/<group id>``: ranks doing the same
   work). A kernel window closes when every rank of the scope reported or ``l3_grace_s``
-  passed; every ``l3_windows`` closed windows the pure detector
-  (:func:`argus.detectors.l3_window.detect_window`) runs on their merged summaries.
+  passed; the pure detector (:func:`argus.detectors.l3_window.detect_window`) runs on the
+  merged summaries of each block of ``l3_windows`` windows, blocks aligned on window ids
+  (``window_id // l3_windows``) like the funnel's and ``argus diagnose``'s windows.
 """
 
 from __future__ import annotations
 
 import base64
-import json
 import time
 from collections import defaultdict
 from typing import Any
@@ -26,7 +26,7 @@ from argus.detectors.l3_window import RankKernels, detect_window, merge_summarie
 from argus.detectors.routing import Routing
 from argus.streams import metrics, windows
 from argus.streams.agents.common import emit_findings
-from argus.streams.app import Ctx, add_lag_gauge, add_ticker, guarded, is_tick, partition_of
+from argus.streams.app import Ctx, add_lag_gauge, guarded, route_batches, window_agent
 from argus.streams.fidelity import check_batches
 from argus.streams.summary_record import KernelNames, groups_from_summary, summarize_batch
 
@@ -103,54 +103,68 @@ def register_compressor(ctx: Ctx) -> None:
     add_lag_gauge(ctx, "compressor", [ctx.topic("raw.kernels")])
 
 
-def register_l3(ctx: Ctx) -> None:
-    cfg = ctx.detectors.l3
-    routing = Routing.from_config(ctx.detectors.routing)
-    src = ctx.external("summary.kernels")
-    scopes = ctx.internal_topic("l3-scopes")
-    state = ctx.table("l3-state")
-    cells = ctx.table("l3-cells")
-    names = KernelNames()
-    block = ctx.pcfg.l3_windows
-    grace = ctx.pcfg.l3_grace_s
+class _L3:
+    def __init__(self, ctx: Ctx, routing: Routing, cells: Any) -> None:
+        self.ctx = ctx
+        self.cfg = ctx.detectors.l3
+        self.routing = routing
+        self.cells = cells
+        self.names = KernelNames()
+        self.block = ctx.pcfg.l3_windows
+        self.progress = ctx.internal_topic("funnel-jobs")
+        self.grace = ctx.pcfg.l3_grace_s
 
-    @ctx.app.agent(src, name="l3-router")
-    async def l3_router(stream: faust.StreamT) -> None:
-        async for event in stream.events():
-            metrics.RECORDS_IN.labels("l3", "summary.kernels").inc()
+    def new(self, key: str) -> dict[str, Any]:
+        return {"win": windows.new_state(), "block": [], "t_block": 0.0, "emitted": []}
 
-            async def handle(event: faust.EventT = event) -> None:
-                try:
-                    rec = ctx.codec.decode_as("kernel_summary", event.message.value)
-                    groups_from_summary(rec)  # validates the columns
-                    sid = routing.group_for_kind(rec["coords"], "dp")
-                    exp = routing.expected_size(rec["coords"], "dp")
-                except Exception as exc:
-                    await ctx.dlq(event, exc, "l3")
-                    return
-                await ctx.send_keyed(
-                    scopes,
-                    f"{rec['job']}/dp/{sid}",
-                    {
-                        "r": rec["rank"],
-                        "w": rec["window_id"],
-                        "exp": exp,
-                        "v": base64.b64encode(event.message.value).decode(),
-                    },
-                )
+    async def add(self, gk: str, st: dict[str, Any], m: dict[str, Any], now: float) -> None:
+        status, closed = windows.add(
+            st["win"], step=m["w"], rank=m["r"], expected=m["exp"], now_s=now
+        )
+        if status == "new":
+            self.cells[f"{gk}|{m['w']}|{m['r']}"] = m["v"]
+        elif status == "dup":
+            metrics.DUPLICATES.labels("l3").inc()
+        else:
+            metrics.LATE.labels("l3").inc()
+        if closed:
+            await self.on_closed(gk, st, closed, now)
 
-            await guarded(ctx, event, "l3", handle)
+    async def tick(self, gk: str, st: dict[str, Any], now: float) -> bool:
+        closed = windows.expire(st["win"], now_s=now, grace_s=self.grace)
+        if closed:
+            await self.on_closed(gk, st, closed, now)
+        quiet = not st["win"]["pending"] and now - float(st["win"]["t_last"]) >= self.grace
+        if st["block"] and (quiet or now - st["t_block"] >= self.grace * self.block):
+            await self.run_block(gk, st)  # a stalled or finished job's last, partial block
+            return True
+        return bool(closed)
 
-    def _rank_kernels(records: list[dict[str, Any]]) -> list[RankKernels]:
+    async def on_closed(
+        self, gk: str, st: dict[str, Any], closed: list[windows.ClosedStep], now: float
+    ) -> None:
+        for c in closed:
+            metrics.WINDOWS.labels("l3", "timeout" if c.timed_out else "complete").inc()
+            b = c.step // self.block
+            if st["block"] and b != st.get("block_id"):
+                await self.run_block(gk, st)
+            if not st["block"]:
+                st["t_block"] = now
+                st["block_id"] = b
+            st["block"].append([c.step, list(c.ranks)])
+            if c.step % self.block == self.block - 1:  # the block's last window
+                await self.run_block(gk, st)
+
+    def _rank_kernels(self, records: list[dict[str, Any]]) -> list[RankKernels]:
         for rec in records:
-            names.update(rec)
+            self.names.update(rec)
         per_rank: dict[int, dict[str, Any]] = {}
         for rec in records:
             r = per_rank.setdefault(
                 rec["rank"], {"coords": rec["coords"], "parts": defaultdict(list), "sk": {}}
             )
             for (kid, st), summ in groups_from_summary(rec).items():
-                r["parts"][(names.name(kid), st)].append(summ)
+                r["parts"][(self.names.name(kid), st)].append(summ)
             for s in rec.get("streams") or []:
                 r["sk"][int(s["id"])] = s["kind"]
         return [
@@ -163,79 +177,58 @@ def register_l3(ctx: Ctx) -> None:
             for rk, v in sorted(per_rank.items())
         ]
 
-    async def run_block(gk: str, st: dict[str, Any]) -> None:
+    async def run_block(self, gk: str, st: dict[str, Any]) -> None:
         job = gk.split("/", 1)[0]
-        todo = st["block"]
-        st["block"] = []
+        todo, st["block"] = st["block"], []
         records = []
         for w, ranks in todo:
             for r in ranks:
                 key = f"{gk}|{w}|{r}"
-                v = cells.get(key)
+                v = self.cells.get(key)
                 if v is not None:
-                    records.append(ctx.codec.decode_as("kernel_summary", base64.b64decode(v)))
-                    del cells[key]
+                    records.append(self.ctx.codec.decode_as("kernel_summary", base64.b64decode(v)))
+                    del self.cells[key]
         if not records:
             return
-        ws = min(int(r["window_id"]) for r in records)
-        we = max(int(r["window_id"]) for r in records)
-        wsn = min(int(r["window_start_ns"]) for r in records)
-        wen = max(int(r["window_end_ns"]) for r in records)
+        window = (
+            min(int(r["window_id"]) for r in records),
+            max(int(r["window_id"]) for r in records),
+            min(int(r["window_start_ns"]) for r in records),
+            max(int(r["window_end_ns"]) for r in records),
+        )
         t0 = time.perf_counter()
         found = detect_window(
-            job, _rank_kernels(records), window=(ws, we, wsn, wen), cfg=cfg, routing=routing
+            job, self._rank_kernels(records), window=window, cfg=self.cfg, routing=self.routing
         )
         metrics.DETECT_S.labels("L3").observe(time.perf_counter() - t0)
-        await emit_findings(ctx, found, st.setdefault("emitted", []), "l3")
+        await emit_findings(self.ctx, found, st["emitted"], "l3")
+        await self.ctx.send_keyed(
+            self.progress, job, {"items": [{"l3": gk, "w": window[1]}], "t": time.time()}
+        )
 
-    async def on_closed(
-        gk: str, st: dict[str, Any], closed: list[windows.ClosedStep], now: float
-    ) -> None:
-        for c in closed:
-            metrics.WINDOWS.labels("l3", "timeout" if c.timed_out else "complete").inc()
-            if not st["block"]:
-                st["t_block"] = now
-            st["block"].append([c.step, list(c.ranks)])
-        if len(st["block"]) >= block:
-            await run_block(gk, st)
 
-    @ctx.app.agent(scopes, name="l3-windows")
-    async def l3_windows(stream: faust.StreamT) -> None:
-        async for event in stream.events():
+def register_l3(ctx: Ctx) -> None:
+    routing = Routing.from_config(ctx.detectors.routing)
+    src = ctx.external("summary.kernels")
+    scopes = ctx.internal_topic("l3-scopes")
+    cells = ctx.table("l3-cells")
 
-            async def handle(event: faust.EventT = event) -> None:
-                now = time.time()
-                if is_tick(event):
-                    part = event.message.partition
-                    for gk in list(state.keys()):
-                        if partition_of(gk, ctx.pcfg.internal_partitions) != part:
-                            continue
-                        st = state[gk]
-                        closed = windows.expire(st["win"], now_s=now, grace_s=grace)
-                        if closed:
-                            await on_closed(gk, st, closed, now)
-                        if st["block"] and now - st.get("t_block", now) >= grace * block:
-                            await run_block(gk, st)  # a stalled or finished job's last block
-                        if closed or not st["block"]:
-                            state[gk] = st
-                    return
-                gk = event.message.key.decode()
-                m = json.loads(event.message.value)
-                st = state.get(gk) or {"win": windows.new_state(), "block": [], "emitted": []}
-                status, closed = windows.add(
-                    st["win"], step=m["w"], rank=m["r"], expected=m["exp"], now_s=now
-                )
-                if status == "new":
-                    cells[f"{gk}|{m['w']}|{m['r']}"] = m["v"]
-                elif status == "dup":
-                    metrics.DUPLICATES.labels("l3").inc()
-                else:
-                    metrics.LATE.labels("l3").inc()
-                if closed:
-                    await on_closed(gk, st, closed, now)
-                state[gk] = st
+    async def route(event: faust.EventT) -> list[tuple[str, Any]]:
+        rec = ctx.codec.decode_as("kernel_summary", event.message.value)
+        groups_from_summary(rec)  # validates the columns
+        sid = routing.group_for_kind(rec["coords"], "dp")
+        return [
+            (
+                f"{rec['job']}/dp/{sid}",
+                {
+                    "r": rec["rank"],
+                    "w": rec["window_id"],
+                    "exp": routing.expected_size(rec["coords"], "dp"),
+                    "v": base64.b64encode(event.message.value).decode(),
+                },
+            )
+        ]
 
-            await guarded(ctx, event, "l3", handle)
-
-    add_ticker(ctx, scopes)
+    route_batches(ctx, src, scopes, name="l3-router", role="l3", route=route)
+    window_agent(ctx, scopes, name="l3-windows", role="l3", impl=_L3(ctx, routing, cells))
     add_lag_gauge(ctx, "l3", [ctx.topic("summary.kernels"), scopes.get_topic_name()])

@@ -1,11 +1,20 @@
-"""L1 and L2 over ``argus.raw.steps``.
+"""L1 and L2 over ``argus.raw.steps``, keyed by job.
 
-Routers decode each ``step_record`` (bad ones -> DLQ) and re-key it: L1 by job (one slim
-message per record), L2 by comparison group (one message per group its phases route to,
-``job/kind/group_id``, computed from the record's coords alone). Window agents close a step
-when every expected rank reported or ``step_grace_s`` passed, then call the pure detectors:
-L1 on the job's bounded iteration-time history, L2 on the group's last
-``l2_window_steps`` closed steps. A timed-out step yields a ``missing_rank`` finding.
+One router decodes each ``step_record`` (bad ones -> DLQ) and re-keys a slim copy by job.
+The window agent keeps each rank's step in a ``cells`` table (one small write per record)
+and a small per-job index of pending steps; a step closes when every rank of the job
+reported, or it timed out (:mod:`argus.streams.windows`). On close:
+
+* **L1** appends the step's iteration time (max over ranks) to the job's bounded history
+  and runs :func:`argus.detectors.l1.detect`; a timed-out step yields a ``missing_rank``
+  finding naming the ranks that never reported;
+* **L2** builds every comparison group's window of the last ``l2_window_steps`` closed steps
+  (:func:`argus.detectors.inputs.group_windows`, groups from each record's coords) and runs
+  :func:`argus.detectors.l2.detect` on each.
+
+Both levels share the router and the agent when they run in one worker (``argus worker l1
+l2``); run alone, each has its own consumer group and computes only its level. Keying by
+job keeps a job's steps on one partition (one worker); see docs/pipeline.md for the limits.
 """
 
 from __future__ import annotations
@@ -19,38 +28,31 @@ import faust
 
 from argus.detectors import l1, l2
 from argus.detectors.findings import Finding
-from argus.detectors.inputs import group_windows, route_record, validate_step_record
+from argus.detectors.inputs import group_windows, validate_step_record
 from argus.detectors.routing import DIMS, Routing
 from argus.streams import metrics, windows
-from argus.streams.agents.common import emit_findings, group_members
-from argus.streams.app import Ctx, add_lag_gauge, add_ticker, guarded, is_tick, partition_of
+from argus.streams.agents.common import emit_findings
+from argus.streams.app import Ctx, add_lag_gauge, route_batches, window_agent
 
-__all__ = ["register_l1", "register_l2"]
+__all__ = ["missing_finding", "register_l1", "register_l2"]
 
-_HISTORY = 512
+_HISTORY = 512  # steps of iteration time kept per job for L1
 
 
 def _world(coords: dict[str, Any]) -> int:
     return math.prod(int(coords.get(f"{d}_size", 1)) for d in DIMS)
 
 
-def _missing_finding(
-    job: str,
-    kind: str,
-    gid: str,
-    step: int,
-    missing: list[int],
-    expected: int,
-    start_ns: int,
-    end_ns: int,
-    level: str,
+def missing_finding(
+    job: str, step: int, missing: list[int], expected: int, start_ns: int, end_ns: int
 ) -> Finding:
+    """A ``missing_rank`` finding: ``missing`` ranks never reported ``step``."""
     return Finding(
         job=job,
-        level=level,
+        level="L1",
         kind="missing_rank",
-        group_kind=kind,
-        group_id=gid,
+        group_kind="job",
+        group_id="all",
         ranks=tuple(missing),
         window_start_step=step,
         window_end_step=step,
@@ -67,40 +69,139 @@ def _missing_finding(
 
 def _collector_metrics(job: str, rec: dict[str, Any]) -> None:
     c = rec.get("collector") or {}
-    dropped = metrics.COLLECTOR_DROPPED.labels(job)
-    dropped.set(max(dropped._value.get(), float(c.get("dropped_records", 0))))
-    errors = metrics.COLLECTOR_ERRORS.labels(job)
-    errors.set(max(errors._value.get(), float(c.get("errors", 0))))
+    for gauge, field in (
+        (metrics.COLLECTOR_DROPPED, "dropped_records"),
+        (metrics.COLLECTOR_ERRORS, "errors"),
+    ):
+        g = gauge.labels(job)
+        g.set(max(g._value.get(), float(c.get(field, 0))))
     it = rec["end_ns"] - rec["start_ns"]
     if it > 0:
         metrics.COLLECTOR_OVERHEAD.labels(job).set(float(c.get("overhead_ns", 0)) / it)
 
 
-# -- L1 ------------------------------------------------------------------------------------
-def register_l1(ctx: Ctx) -> None:
-    cfg = ctx.detectors.l1
-    src = ctx.external("raw.steps")
-    jobs = ctx.internal_topic("l1-jobs")
-    progress = ctx.internal_topic("funnel-jobs")
-    state = ctx.table("l1-state")
-    hist = ctx.table("l1-history")
-    grace = ctx.pcfg.step_grace_s
+class _Steps:
+    """The per-job window agent; ``levels`` is filled by the role registrations."""
 
-    @ctx.app.agent(src, name="l1-router")
-    async def l1_router(stream: faust.StreamT) -> None:
-        async for event in stream.events():
-            metrics.RECORDS_IN.labels("l1", "raw.steps").inc()
+    def __init__(self, ctx: Ctx) -> None:
+        self.ctx = ctx
+        self.levels: set[str] = set()
+        self.routing = Routing.from_config(ctx.detectors.routing)
+        self.grace = ctx.pcfg.step_grace_s
+        self.width = ctx.pcfg.l2_window_steps
+        self.cells = ctx.table("steps-cells")
+        self.hist = ctx.table("steps-history")
+        self.progress = ctx.internal_topic("funnel-jobs")
 
-            async def handle(event: faust.EventT = event) -> None:
-                try:
-                    rec = ctx.codec.decode_as("step_record", event.message.value)
-                    validate_step_record(rec)
-                except Exception as exc:
-                    await ctx.dlq(event, exc, "l1")
-                    return
-                _collector_metrics(rec["job"], rec)
-                await ctx.send_keyed(
-                    jobs,
+    def new(self, key: str) -> dict[str, Any]:
+        return {"win": windows.new_state(), "agg": {}}
+
+    async def add(self, job: str, st: dict[str, Any], m: dict[str, Any], now: float) -> None:
+        status, closed = windows.add(
+            st["win"], step=m["s"], rank=m["r"], expected=m["w"], now_s=now
+        )
+        if status == "new":
+            if "l2" in self.levels:
+                self.cells[f"{job}|{m['s']}|{m['r']}"] = [m["a"], m["b"], m["c"], m["ph"]]
+            agg = st["agg"].get(str(m["s"]))
+            it = float(m["b"] - m["a"])
+            st["agg"][str(m["s"])] = (
+                [it, m["a"], m["b"]]
+                if agg is None
+                else [max(agg[0], it), min(agg[1], m["a"]), max(agg[2], m["b"])]
+            )
+        else:
+            (metrics.DUPLICATES if status == "dup" else metrics.LATE).labels("steps").inc()
+        if closed:
+            await self.close(job, st, closed)
+
+    async def tick(self, job: str, st: dict[str, Any], now: float) -> bool:
+        closed = windows.expire(st["win"], now_s=now, grace_s=self.grace)
+        if closed:
+            await self.close(job, st, closed)
+        return bool(closed)
+
+    async def close(self, job: str, st: dict[str, Any], closed: list[windows.ClosedStep]) -> None:
+        h = self.hist.get(job) or {"rows": [], "recent": [], "emitted": []}
+        found: list[Finding] = []
+        for c in closed:
+            metrics.WINDOWS.labels("steps", "timeout" if c.timed_out else "complete").inc()
+            agg = st["agg"].pop(str(c.step), None)
+            if agg is None:
+                continue
+            h["rows"].append([c.step, *agg])
+            h["recent"].append([c.step, list(c.ranks)])
+            if c.missing:
+                missing = sorted(set(range(c.expected)) - set(c.ranks))
+                metrics.MISSING.labels("steps").inc(len(missing))
+                found.append(missing_finding(job, c.step, missing, c.expected, agg[1], agg[2]))
+            await self.ctx.send_keyed(
+                self.progress, job, {"items": [{"progress": c.step}], "t": time.time()}
+            )
+        if "l1" in self.levels:
+            found += self._l1(job, h)
+        if "l2" in self.levels:
+            found += self._l2(job, h)
+        await emit_findings(self.ctx, found, h["emitted"], "steps")
+        self.hist[job] = h
+
+    def _l1(self, job: str, h: dict[str, Any]) -> list[Finding]:
+        h["rows"] = sorted({r[0]: r for r in h["rows"]}.values())[-_HISTORY:]
+        t0 = time.perf_counter()
+        s, it, a, b = (list(x) for x in zip(*h["rows"], strict=True))
+        out = l1.detect(s, it, job=job, cfg=self.ctx.detectors.l1, start_ns=a, end_ns=b)
+        metrics.DETECT_S.labels("L1").observe(time.perf_counter() - t0)
+        return out
+
+    def _l2(self, job: str, h: dict[str, Any]) -> list[Finding]:
+        h["recent"].sort()
+        for step, ranks in h["recent"][: -self.width]:
+            for r in ranks:
+                key = f"{job}|{step}|{r}"
+                if self.cells.get(key) is not None:
+                    del self.cells[key]
+        h["recent"] = h["recent"][-self.width :]
+        records = []
+        for step, ranks in h["recent"]:
+            for r in ranks:
+                cell = self.cells.get(f"{job}|{step}|{r}")
+                if cell is not None:
+                    a, b, co, ph = cell
+                    records.append(
+                        {
+                            "job": job,
+                            "rank": r,
+                            "step": step,
+                            "start_ns": a,
+                            "end_ns": b,
+                            "coords": co,
+                            "phases": [
+                                {"name": n, "stream_kind": k, "duration_ns": d, "start_ns": a}
+                                for n, k, d in ph
+                            ],
+                        }
+                    )
+        t0 = time.perf_counter()
+        out: list[Finding] = []
+        for win in group_windows(records, self.routing, job=job):
+            out += l2.detect(win, self.ctx.detectors.l2)
+        metrics.DETECT_S.labels("L2").observe(time.perf_counter() - t0)
+        return out
+
+
+def _register(ctx: Ctx, level: str) -> None:
+    impl = ctx.shared.get("steps")
+    if impl is None:
+        impl = ctx.shared["steps"] = _Steps(ctx)
+        src = ctx.external("raw.steps")
+        jobs = ctx.internal_topic("steps-jobs")
+
+        async def route(event: faust.EventT) -> list[tuple[str, Any]]:
+            rec = ctx.codec.decode_as("step_record", event.message.value)
+            validate_step_record(rec)
+            _collector_metrics(rec["job"], rec)
+            return [
+                (
                     rec["job"],
                     {
                         "r": rec["rank"],
@@ -108,227 +209,24 @@ def register_l1(ctx: Ctx) -> None:
                         "a": rec["start_ns"],
                         "b": rec["end_ns"],
                         "w": _world(rec["coords"]),
+                        "c": rec["coords"],
+                        "ph": [
+                            [p["name"], p.get("stream_kind", "compute"), p["duration_ns"]]
+                            for p in rec["phases"]
+                        ],
                     },
                 )
+            ]
 
-            await guarded(ctx, event, "l1", handle)
-
-    async def close(job: str, st: dict[str, Any], closed: list[windows.ClosedStep]) -> None:
-        h = hist.get(job) or {"rows": [], "emitted": []}
-        found: list[Finding] = []
-        for c in closed:
-            agg = st["agg"].pop(str(c.step), None)
-            metrics.WINDOWS.labels("l1", "timeout" if c.timed_out else "complete").inc()
-            if agg is None:
-                continue
-            h["rows"].append([c.step, agg[0], agg[1], agg[2]])
-            if c.missing:
-                missing = sorted(set(range(c.expected)) - set(c.ranks))
-                metrics.MISSING.labels("l1").inc(len(missing))
-                found.append(
-                    _missing_finding(
-                        job, "job", "all", c.step, missing, c.expected, agg[1], agg[2], "L1"
-                    )
-                )
-            await ctx.send_keyed(progress, job, {"progress": c.step, "end_ns": agg[2]})
-        rows = sorted({r[0]: r for r in h["rows"]}.values())[-_HISTORY:]
-        h["rows"] = rows
-        if rows:
-            t0 = time.perf_counter()
-            s, it, a, b = (list(x) for x in zip(*rows, strict=True))
-            found += l1.detect(s, it, job=job, cfg=cfg, start_ns=a, end_ns=b)
-            metrics.DETECT_S.labels("L1").observe(time.perf_counter() - t0)
-        await emit_findings(ctx, found, h["emitted"], "l1")
-        hist[job] = h
-
-    @ctx.app.agent(jobs, name="l1-windows")
-    async def l1_windows(stream: faust.StreamT) -> None:
-        async for event in stream.events():
-
-            async def handle(event: faust.EventT = event) -> None:
-                now = time.time()
-                if is_tick(event):
-                    part = event.message.partition
-                    for job in list(state.keys()):
-                        if partition_of(job, ctx.pcfg.internal_partitions) != part:
-                            continue
-                        st = state[job]
-                        closed = windows.expire(st["win"], now_s=now, grace_s=grace)
-                        if closed:
-                            await close(job, st, closed)
-                            state[job] = st
-                    return
-                job = event.message.key.decode()
-                m = json.loads(event.message.value)
-                st = state.get(job) or {"win": windows.new_state(), "agg": {}}
-                status, closed = windows.add(
-                    st["win"], step=m["s"], rank=m["r"], expected=m["w"], now_s=now
-                )
-                if status == "new":
-                    agg = st["agg"].get(str(m["s"]))
-                    it = float(m["b"] - m["a"])
-                    st["agg"][str(m["s"])] = (
-                        [it, m["a"], m["b"]]
-                        if agg is None
-                        else [max(agg[0], it), min(agg[1], m["a"]), max(agg[2], m["b"])]
-                    )
-                elif status == "dup":
-                    metrics.DUPLICATES.labels("l1").inc()
-                else:
-                    metrics.LATE.labels("l1").inc()
-                if closed:
-                    await close(job, st, closed)
-                state[job] = st
-
-            await guarded(ctx, event, "l1", handle)
-
-    add_ticker(ctx, jobs)
-    add_lag_gauge(ctx, "l1", [ctx.topic("raw.steps"), jobs.get_topic_name()])
+        route_batches(ctx, src, jobs, name="steps-router", role="steps", route=route)
+        window_agent(ctx, jobs, name="steps-windows", role="steps", impl=impl)
+        add_lag_gauge(ctx, "steps", [ctx.topic("raw.steps"), jobs.get_topic_name()])
+    impl.levels.add(level)
 
 
-# -- L2 ------------------------------------------------------------------------------------
+def register_l1(ctx: Ctx) -> None:
+    _register(ctx, "l1")
+
+
 def register_l2(ctx: Ctx) -> None:
-    cfg = ctx.detectors.l2
-    routing = Routing.from_config(ctx.detectors.routing)
-    src = ctx.external("raw.steps")
-    groups = ctx.internal_topic("l2-groups")
-    state = ctx.table("l2-state")
-    cells = ctx.table("l2-cells")
-    grace = ctx.pcfg.step_grace_s
-    width = ctx.pcfg.l2_window_steps
-
-    @ctx.app.agent(src, name="l2-router")
-    async def l2_router(stream: faust.StreamT) -> None:
-        async for event in stream.events():
-            metrics.RECORDS_IN.labels("l2", "raw.steps").inc()
-
-            async def handle(event: faust.EventT = event) -> None:
-                try:
-                    rec = ctx.codec.decode_as("step_record", event.message.value)
-                    validate_step_record(rec)
-                    routed = route_record(rec, routing)
-                except Exception as exc:
-                    await ctx.dlq(event, exc, "l2")
-                    return
-                for kind, gid, phases in routed:
-                    await ctx.send_keyed(
-                        groups,
-                        f"{rec['job']}/{kind}/{gid}",
-                        {
-                            "r": rec["rank"],
-                            "s": rec["step"],
-                            "a": rec["start_ns"],
-                            "b": rec["end_ns"],
-                            "c": rec["coords"],
-                            "exp": routing.expected_size(rec["coords"], kind),
-                            "ph": [
-                                [p["name"], p.get("stream_kind", "compute"), p["duration_ns"]]
-                                for p in phases
-                            ],
-                        },
-                    )
-
-            await guarded(ctx, event, "l2", handle)
-
-    def _record(job: str, step: int, rank: int, cell: dict[str, Any]) -> dict[str, Any]:
-        return {
-            "job": job,
-            "rank": rank,
-            "step": step,
-            "start_ns": cell["a"],
-            "end_ns": cell["b"],
-            "coords": cell["c"],
-            "phases": [
-                {"name": n, "stream_kind": k, "duration_ns": d, "start_ns": cell["a"]}
-                for n, k, d in cell["ph"]
-            ],
-        }
-
-    async def close(gk: str, st: dict[str, Any], closed: list[windows.ClosedStep]) -> None:
-        job, kind, gid = gk.split("/", 2)
-        found: list[Finding] = []
-        recent: list[list[Any]] = st.setdefault("recent", [])
-        for c in closed:
-            metrics.WINDOWS.labels("l2", "timeout" if c.timed_out else "complete").inc()
-            recent.append([c.step, list(c.ranks)])
-            if c.missing and st.get("coords"):
-                members = group_members(st["coords"], routing.varies(kind))
-                missing = sorted(set(members) - set(c.ranks))
-                metrics.MISSING.labels("l2").inc(len(missing))
-                cell0 = cells.get(f"{gk}|{c.step}|{c.ranks[0]}") if c.ranks else None
-                found.append(
-                    _missing_finding(
-                        job,
-                        kind,
-                        gid,
-                        c.step,
-                        missing,
-                        c.expected,
-                        cell0["a"] if cell0 else 0,
-                        cell0["b"] if cell0 else 0,
-                        "L2",
-                    )
-                )
-        recent.sort()
-        for step, ranks in recent[:-width]:
-            for r in ranks:
-                key = f"{gk}|{step}|{r}"
-                if cells.get(key) is not None:
-                    del cells[key]
-        del recent[:-width]
-        records = []
-        for step, ranks in recent:
-            for r in ranks:
-                cell = cells.get(f"{gk}|{step}|{r}")
-                if cell is not None:
-                    records.append(_record(job, step, r, cell))
-        t0 = time.perf_counter()
-        for win in group_windows(records, routing, job=job, kinds=[kind]):
-            if win.group_id == gid:
-                found += l2.detect(win, cfg)
-        metrics.DETECT_S.labels("L2").observe(time.perf_counter() - t0)
-        await emit_findings(ctx, found, st.setdefault("emitted", []), "l2")
-
-    @ctx.app.agent(groups, name="l2-windows")
-    async def l2_windows(stream: faust.StreamT) -> None:
-        async for event in stream.events():
-
-            async def handle(event: faust.EventT = event) -> None:
-                now = time.time()
-                if is_tick(event):
-                    part = event.message.partition
-                    for gk in list(state.keys()):
-                        if partition_of(gk, ctx.pcfg.internal_partitions) != part:
-                            continue
-                        st = state[gk]
-                        closed = windows.expire(st["win"], now_s=now, grace_s=grace)
-                        if closed:
-                            await close(gk, st, closed)
-                            state[gk] = st
-                    return
-                gk = event.message.key.decode()
-                m = json.loads(event.message.value)
-                st = state.get(gk) or {"win": windows.new_state(), "recent": [], "emitted": []}
-                st.setdefault("coords", m["c"])
-                status, closed = windows.add(
-                    st["win"], step=m["s"], rank=m["r"], expected=m["exp"], now_s=now
-                )
-                if status == "new":
-                    cells[f"{gk}|{m['s']}|{m['r']}"] = {
-                        "a": m["a"],
-                        "b": m["b"],
-                        "c": m["c"],
-                        "ph": m["ph"],
-                    }
-                elif status == "dup":
-                    metrics.DUPLICATES.labels("l2").inc()
-                else:
-                    metrics.LATE.labels("l2").inc()
-                if closed:
-                    await close(gk, st, closed)
-                state[gk] = st
-
-            await guarded(ctx, event, "l2", handle)
-
-    add_ticker(ctx, groups)
-    add_lag_gauge(ctx, "l2", [ctx.topic("raw.steps"), groups.get_topic_name()])
+    _register(ctx, "l2")

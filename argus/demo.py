@@ -1,0 +1,214 @@
+"""``argus demo``: the whole pipeline on this machine, watched live.
+
+Starts the broker (unless a cluster is configured), creates a private set of topics, starts
+the workers (step roles and kernel roles in two processes), publishes a simulated job with
+a fault, shows anomalies and alerts as they arrive, stops everything and writes the findings
+as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from argus.config import Settings
+from argus.streams.local_run import Watcher, WorkerProcess
+
+__all__ = ["DemoResult", "run_demo"]
+
+ROLE_SPLIT = (("l1", "l2", "funnel", "stacks"), ("compressor", "l3"))
+DEMO_STREAMS = {  # shorter windows than production so the demo ends in a minute
+    "ARGUS_STREAMS__INTERNAL_PARTITIONS": "2",
+    "ARGUS_STREAMS__STEP_GRACE_S": "5",
+    "ARGUS_STREAMS__L3_GRACE_S": "5",
+    "ARGUS_STREAMS__FUNNEL_GRACE_S": "4",
+    "ARGUS_STREAMS__FUNNEL_IDLE_S": "6",
+}
+
+
+@dataclass(frozen=True)
+class DemoResult:
+    found: bool
+    path: Path
+    alerts: list[dict[str, Any]]
+
+
+def _alerts_table(alerts: list[dict[str, Any]]) -> Table:
+    t = Table(title="argus.alerts (one per culprit)", expand=True)
+    for col in ("state", "levels", "culprit", "phase / kernels", "pers.", "conf."):
+        t.add_column(col)
+    latest: dict[str, dict[str, Any]] = {}
+    for a in alerts:
+        latest[a["dedup_key"]] = a
+    for a in latest.values():
+        who = (
+            f"ranks {','.join(map(str, a['ranks']))}"
+            if a["ranks"]
+            else f"{a['group_kind']} {a['group_id']}"
+        )
+        what = a["phase"] or ", ".join(a["kernels"][:2]) or "-"
+        state = "[red]OPEN[/]" if a["action"] == "trigger" else "[green]resolved[/]"
+        t.add_row(
+            state, "+".join(a["levels"]), who, what, str(a["persistence"]), f"{a['confidence']:.2f}"
+        )
+    return t
+
+
+def _anomaly_table(anoms: list[dict[str, Any]]) -> Table:
+    t = Table(title="argus.anomalies by level", expand=True)
+    t.add_column("level")
+    t.add_column("kind")
+    t.add_column("count", justify="right")
+    for (lvl, kind), n in sorted(Counter((a["level"], a["kind"]) for a in anoms).items()):
+        t.add_row(lvl, kind, str(n))
+    return t
+
+
+def run_demo(
+    settings: Settings,
+    *,
+    scenario: str = "compute-straggler",
+    ranks: int = 64,
+    steps: int = 80,
+    rate: float = 4.0,
+    out: Path = Path("out/demo-findings.json"),
+    keep_topics: bool = False,
+    console: Console | None = None,
+    timeout_s: float = 240.0,
+) -> DemoResult:
+    """Run the demo; returns whether an alert named the scenario's culprit."""
+    from argus.kafka.admin import create_topics, delete_topics
+    from argus.kafka.local import LocalBroker
+    from argus.sim.simulate import SimRun, publish, simulate
+
+    console = console or Console()
+    if settings.local_broker:
+        st = LocalBroker(settings).up()
+        console.print(f"[bold]broker[/] Apache Kafka on {st.bootstrap} (pid {st.pid})")
+    prefix = f"{settings.topic_prefix}-demo-{uuid.uuid4().hex[:6]}"
+    topics = create_topics(settings, prefix=prefix, partitions=2)
+    console.print(f"[bold]topics[/] {len(topics)} under {prefix}.*")
+    run = SimRun.make(scenario, ranks=ranks, steps=steps, seed=7, job=f"demo-{scenario}")
+    logs = settings.state_dir / "demo"
+    env = {"ARGUS_TOPIC_PREFIX": prefix, **DEMO_STREAMS}
+    workers = [
+        WorkerProcess(roles, env=env, log_path=logs / f"worker-{'-'.join(roles)}.log").start()
+        for roles in ROLE_SPLIT
+    ]
+    console.print(
+        f"[bold]workers[/] {' | '.join(' '.join(r) for r in ROLE_SPLIT)} (logs in {logs})"
+    )
+    console.print(
+        f"[bold]job[/] {run.job}: {run.layout.world} ranks ({run.layout}), {steps} steps at "
+        f"{rate:g} steps/s; fault: {run.truth.description}"
+    )
+    watch = Watcher(settings, ["alerts", "anomalies"], prefix=prefix)
+    truth = set(run.truth.ranks)
+
+    def culprit_found(w: Watcher) -> bool:
+        for a in w.get("alerts"):
+            if a["action"] != "trigger":
+                continue
+            if (truth and truth & set(a["ranks"])) or (
+                run.truth.group and a["group_id"] == run.truth.group[1]
+            ):
+                return True
+        return False
+
+    progress = Progress(
+        TextColumn("[bold]simulated steps"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+    )
+    task = progress.add_task("steps", total=steps)
+    done = threading.Event()
+    errors: list[BaseException] = []
+
+    def produce() -> None:
+        try:
+            publish(
+                simulate(run),
+                settings,
+                prefix=prefix,
+                step_rate=rate,
+                on_step=lambda s: progress.update(task, completed=s + 1),
+            )
+        except BaseException as exc:  # shown after the live view
+            errors.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=produce, name="argus-demo-sim", daemon=True).start()
+    t0 = time.monotonic()
+    settle = None
+    try:
+        with Live(console=console, refresh_per_second=4) as live:
+            while time.monotonic() - t0 < timeout_s:
+                live.update(
+                    Group(
+                        progress,
+                        _anomaly_table(watch.get("anomalies")),
+                        _alerts_table(watch.get("alerts")),
+                    )
+                )
+                if done.is_set() and settle is None:
+                    settle = time.monotonic()
+                if (
+                    settle is not None
+                    and time.monotonic() - settle > 20
+                    and (culprit_found(watch) or (not truth and not run.truth.group))
+                ):
+                    break
+                if any(not w.alive for w in workers):
+                    break
+                time.sleep(0.25)
+            live.update(
+                Group(
+                    progress,
+                    _anomaly_table(watch.get("anomalies")),
+                    _alerts_table(watch.get("alerts")),
+                )
+            )
+    finally:
+        for w in workers:
+            w.stop()
+        watch.close()
+        if not keep_topics:
+            delete_topics(settings, list(topics))
+    if errors:
+        raise errors[0]
+    found = culprit_found(watch)
+    alerts = watch.get("alerts")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(
+        json.dumps(
+            {
+                "scenario": scenario,
+                "job": run.job,
+                "truth": run.truth_dict(),
+                "topic_prefix": prefix,
+                "culprit_found": found,
+                "alerts": alerts,
+                "anomalies_by_level": dict(
+                    Counter(f"{a['level']}/{a['kind']}" for a in watch.get("anomalies"))
+                ),
+            },
+            indent=2,
+            default=str,
+        )
+    )
+    verdict = "[green]found[/]" if found else "[red]NOT found[/]"
+    console.print(f"culprit {sorted(truth) or run.truth.group} {verdict}; findings -> {out}")
+    return DemoResult(found, out, alerts)

@@ -1,0 +1,62 @@
+"""Test helpers: a worker subprocess on a private topic prefix, and its metrics."""
+
+from __future__ import annotations
+
+import re
+import socket
+import urllib.request
+from pathlib import Path
+
+from argus.streams.local_run import WorkerProcess
+
+FAST = {  # short windows so the tests run in seconds
+    "ARGUS_STREAMS__INTERNAL_PARTITIONS": "2",
+    "ARGUS_STREAMS__FUNNEL_GRACE_S": "4",
+    "ARGUS_STREAMS__FUNNEL_IDLE_S": "6",
+    "ARGUS_STREAMS__STEP_GRACE_S": "5",
+    "ARGUS_STREAMS__L3_GRACE_S": "5",
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# kernel work (heavy) and step work (latency-bound) in separate processes, as in production
+SPLIT = (("l1", "l2", "funnel", "stacks"), ("compressor", "l3"))
+
+
+def worker(prefix: str, tmp: Path, roles: tuple[str, ...] = ("all",), **env: str) -> WorkerProcess:
+    return WorkerProcess(
+        roles,
+        env={"ARGUS_TOPIC_PREFIX": prefix, **FAST, **env},
+        log_path=tmp / f"worker-{'-'.join(roles)}.log",
+        metrics_port=free_port(),
+    )
+
+
+def workers(prefix: str, tmp: Path, **env: str) -> list[WorkerProcess]:
+    return [worker(prefix, tmp, roles, **env).start() for roles in SPLIT]
+
+
+def metric(w: WorkerProcess, name: str, **labels: str) -> float:
+    """Sum of a Prometheus metric's samples matching ``labels`` (0 when absent)."""
+    try:
+        text = (
+            urllib.request.urlopen(f"http://127.0.0.1:{w.metrics_port}/metrics", timeout=2)
+            .read()
+            .decode()
+        )
+    except OSError:
+        return 0.0
+    total = 0.0
+    for line in text.splitlines():
+        m = re.match(rf"^{name}(?:\{{(.*)\}})? (\S+)$", line)
+        if not m:
+            continue
+        got = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1) or ""))
+        if all(got.get(k) == v for k, v in labels.items()):
+            total += float(m.group(2))
+    return total
