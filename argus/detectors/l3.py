@@ -287,7 +287,9 @@ def compare_groups(
     sizes = np.zeros(g, dtype=np.int64)
     within = np.full(g, np.nan)
     index = {u: i for i, u in enumerate(uniq)}
-    gi = np.array([index.get(x, -1) if ok else -1 for x, ok in zip(lab.tolist(), valid.tolist(), strict=True)])
+    gi = np.array(
+        [index.get(x, -1) if ok else -1 for x, ok in zip(lab.tolist(), valid.tolist(), strict=True)]
+    )
     order = np.argsort(gi, kind="stable")
     order = order[gi[order] >= 0]
     bounds = np.searchsorted(gi[order], np.arange(g + 1))
@@ -312,7 +314,9 @@ def compare_groups(
     ref = np.median(refs, axis=0)
     scores = np.abs(refs - ref) @ w
     block = (
-        np.abs(refs[:, None, :] - refs[None, :, :]) @ w if g <= cfg.pairwise_max else np.zeros((0, 0))
+        np.abs(refs[:, None, :] - refs[None, :, :]) @ w
+        if g <= cfg.pairwise_max
+        else np.zeros((0, 0))
     )
     flagged = np.zeros(g, dtype=bool)
     scale = float(ref @ w)
