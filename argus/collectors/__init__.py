@@ -191,7 +191,7 @@ def start(
             if register_process(
                 state_dir,
                 ProcessEntry(
-                    cfg.job, topo.rank, topo.pid, topo.host, time.time_ns(), topo.groups()
+                    cfg.job, topo.rank, topo.pid, topo.host, time.time_ns(), dict(col._groups)
                 ),
             ):
                 atexit.register(unregister_process, state_dir, topo.pid)

@@ -193,6 +193,8 @@ class ControlFollower:
             "enable.partition.eof": False,
             "socket.connection.setup.timeout.ms": 10_000,
             "log_level": 2,
+            # commands are rare: long-poll the broker instead of fetching twice a second
+            "fetch.wait.max.ms": 2000,
         }
         self._on_command = on_command
         self._poll_s = poll_s

@@ -103,7 +103,7 @@ class RecordProducer:
             **kafka_config,
             "enable.idempotence": True,
             "acks": "all",
-            "linger.ms": 50,
+            "linger.ms": 200,  # batch more, wake less: per-record latency is not critical
             "compression.type": "lz4",
             "queue.buffering.max.messages": max_records,
             "queue.buffering.max.kbytes": max(1, max_bytes // 1024),

@@ -38,6 +38,21 @@ PHASE_BYTES = 48
 KERNEL_BATCH_BYTES = 256 * 1024  # size hint of a kernel window before it is parsed
 
 
+def _pipeline_group_ids(settings: Settings, coords: dict[str, int]) -> dict[str, str]:
+    """``{group kind: group id}`` exactly as the detectors name groups in anomaly records
+    (``argus.detectors.routing``, honouring ``[detectors.routing]``), so that an operator can
+    address a control command to the group an alert names. Empty when unavailable."""
+    try:
+        from argus.detectors.routing import Routing
+
+        table = settings.section("detectors").get("routing")
+        routing = Routing.from_config(table if isinstance(table, dict) else None)
+        return {kind: routing.group_for_kind(coords, kind) for kind in routing.groups}
+    except Exception as exc:
+        log.debug("argus collectors: detector routing unavailable (%r); own group ids", exc)
+        return {}
+
+
 class Collector:
     """Collectors of one training process.
 
@@ -81,7 +96,7 @@ class Collector:
             message_timeout_ms=cfg.message_timeout_ms,
         )
         self._coords = dict(topo.coords)
-        self._groups = topo.groups()
+        self._groups = _pipeline_group_ids(settings, self._coords) or topo.groups()
         # clocks -------------------------------------------------------------------------
         self.cuda = False
         try:

@@ -30,8 +30,8 @@ def _target_options(f: Any) -> Any:
     f = click.option(
         "--group",
         default=None,
-        help="only this parallelism group, KIND:ID as in argus.collectors."
-        "topology.group_id, e.g. 'dp:cp0.ep0.pp1.tp0'",
+        help="only this parallelism group, KIND:ID as anomaly records name it "
+        "(group_kind:group_id), e.g. 'dp:pp1.tp0'",
     )(f)
     f = click.option("--job", required=True, help="job name")(f)
     return f

@@ -110,7 +110,26 @@ def test_running_collector_follows_cli_commands(
     send("disable", "--job", "someone-else", "--channel", "all")
     time.sleep(1.0)
     assert col.kernels_on and col.phases_on
+    # groups are named as the detectors name them in anomaly records (pure DP: "all")
+    assert col._groups["dp"] == "all"
+    send("disable", "--job", "cj", "--group", "tp:pp9", "--channel", "phases")
+    send("disable", "--job", "cj", "--group", "dp:all", "--channel", "phases")
+    assert _wait(lambda: not col.phases_on), "group-addressed command not applied"
+    assert col.kernels_on
     bad = run.invoke(
         cli, ["control", "set-rate", "--job", "cj", "--channel", "kernels", "--value", "3"]
     )
     assert bad.exit_code != 0 and "duty cycle" in bad.output
+
+
+def test_group_ids_match_the_detectors_naming() -> None:
+    from argus.collectors.runtime import _pipeline_group_ids
+    from argus.collectors.topology import Layout, layout_coords
+    from argus.config import load_settings
+    from argus.detectors.routing import Routing
+
+    coords = layout_coords(Layout(dp=2, tp=2, pp=2), 5)
+    ids = _pipeline_group_ids(load_settings(env={}), coords)
+    r = Routing.default()
+    assert ids["dp"] == r.group_for_kind(coords, "dp") == "pp1.tp1"
+    assert ids["tp"] == "pp1.dp0"
