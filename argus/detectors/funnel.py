@@ -10,7 +10,9 @@ Two pure steps:
 2. :func:`step` - ``(state, findings of the next window) -> (state, output)``: counts how
    many consecutive windows each culprit repeated (**persistence**), computes a
    **confidence**, and emits ``alert`` records (``alert.avsc``): ``trigger`` when a culprit's
-   confidence first reaches ``trigger_confidence`` or its verdict changes, ``resolve`` after
+   confidence first reaches ``trigger_confidence`` or its levels or severity change (a
+   culprit whose only evidence is one rank waiting longer in a collective never pages: that is
+   a victim's symptom), ``resolve`` after
    ``resolve_after`` windows without it.
 
 :class:`FunnelState` is a frozen value holding everything the stream funnel agent must keep
@@ -222,9 +224,20 @@ def join(findings: Sequence[Finding]) -> list[Culprit]:
                 parts.append(cl)
             else:
                 by_group[home].extend(cl)
-        with_compute = [cl for cl in parts if _compute_ranks(cl)]
+        # culprits that are slow themselves: L2 compute stragglers, or L3 compute kernels
+        with_compute = [
+            cl
+            for cl in parts
+            if _compute_ranks(cl)
+            or any(f.level == "L3" and f.evidence.get("collective") != "true" for f in cl)
+        ]
         strongest = (
-            max(with_compute, key=lambda cl: max(f.margin for f in cl)) if with_compute else None
+            max(
+                with_compute,
+                key=lambda cl: (bool(_compute_ranks(cl)), max(f.margin for f in cl)),
+            )
+            if with_compute
+            else None
         )
         for gkey in list(by_group):
             members = _members(by_group[gkey])
@@ -281,6 +294,16 @@ def _make(fs: Sequence[Finding]) -> Culprit:
         ranks: list[int] = []
     elif comp:
         ranks = sorted(comp)
+    elif any(f.level == "L3" and f.ranks and f.evidence.get("collective") != "true" for f in fs):
+        # ranks whose own kernels are slow; peers waiting in collectives are not culprits
+        ranks = sorted(
+            {
+                r
+                for f in fs
+                if f.level == "L3" and f.evidence.get("collective") != "true"
+                for r in f.ranks
+            }
+        )
     elif any(f.level == "L3" and f.ranks for f in fs):
         ranks = sorted({r for f in fs if f.level == "L3" for r in f.ranks})
     else:
@@ -567,7 +590,7 @@ def step(
         active = prev.active if prev is not None else False
         sig = prev.signature if prev is not None else ""
         alert_rec: Mapping[str, Any] = prev.alert if prev is not None else {}
-        if conf >= cfg.trigger_confidence:
+        if conf >= cfg.trigger_confidence and not _waiting_only(c):
             new_sig = _signature(v)
             if not active or new_sig != sig:
                 rec = v.to_alert("trigger")
@@ -598,7 +621,20 @@ def step(
     return FunnelState(window=w, culprits=culprits), FunnelOutput(verdicts, alerts)
 
 
+def _waiting_only(c: Culprit) -> bool:
+    """The culprit's only evidence is ranks waiting longer in a collective (L3, one rank).
+
+    A collective slows all its members together (a slow link makes a *group* diverge), so
+    one rank spending longer in it waited for a late peer: a symptom, reported but not paged.
+    """
+    fs = [f for f in c.findings if f.level != "L1"]
+    return bool(fs) and all(
+        f.level == "L3" and f.kind == "kernel_divergence" and f.evidence.get("collective") == "true"
+        for f in fs
+    )
+
+
 def _signature(v: Verdict) -> str:
     c = v.culprit
-    blob = json.dumps([c.levels, c.kernels, _severity(v)], separators=(",", ":"))
+    blob = json.dumps([c.levels, _severity(v)], separators=(",", ":"))
     return hashlib.blake2b(blob.encode(), digest_size=8).hexdigest()

@@ -185,3 +185,34 @@ def test_bad_trigger_confidence(bad: float) -> None:
 
     with pytest.raises(DetectorConfigError):
         FunnelConfig(trigger_confidence=bad)
+
+
+def test_waiting_in_a_collective_is_attached_to_a_slow_kernel_culprit() -> None:
+    # rank 14 waits in its TP all-reduce because its peer 15's own kernels are slow
+    cs = funnel.join(
+        [_l3((15,), kernel="gemm"), _l3((14,), kernel="nccl_allreduce", collective=True)]
+    )
+    assert [c.ranks for c in cs] == [(15,)]
+
+
+def test_waiting_alone_is_reported_but_never_pages() -> None:
+    _st, out = funnel.step(
+        funnel.FunnelState(), [_l3((14,), kernel="nccl_allreduce", collective=True)]
+    )
+    assert [v.culprit.ranks for v in out.verdicts] == [(14,)]
+    assert out.alerts == []
+
+
+def test_retrigger_only_when_levels_or_severity_change() -> None:
+    st = funnel.FunnelState()
+    actions = []
+    for w, k in enumerate(["gemm", "attn", "norm"]):
+        st, out = funnel.step(
+            st,
+            [
+                _l2((5,), w=(w * 10, w * 10 + 9), z=40.0),
+                _l3((5,), kernel=k, w=(w * 10, w * 10 + 9)),
+            ],
+        )
+        actions += [a["action"] for a in out.alerts]
+    assert actions == ["trigger"]
