@@ -26,6 +26,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "collect": ("argus.commands.collect:collect", "Collector sidecars (py-spy stacks)."),
     "control": ("argus.commands.control:control", "Send runtime commands to running collectors."),
     "fidelity": ("argus.commands.fidelity:fidelity", "Check compression fidelity: raw vs reconstructed rank W1 (synthetic or Avro files)."),
+    "replay": ("argus.commands.replay:replay", "Replay a job's historical window from Kafka through L1-L3 and the funnel."),
+    "trace": ("argus.commands.trace:trace", "Write a Perfetto trace of ranks' phases, kernels and stacks (L4 drill-down)."),
+    "stacks": ("argus.commands.stacks:stacks", "Hottest collapsed stacks of a rank; text, folded or speedscope (L5)."),
+    "report": ("argus.commands.report:report", "One self-contained HTML report of a job's window (charts, funnel)."),
 }
 
 
