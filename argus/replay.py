@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from argus.detectors.config import DetectorsConfig
@@ -77,7 +77,7 @@ def parse_time(value: str | int) -> int:
             f"time {value!r} is neither ns since epoch nor ISO 8601 (e.g. 2026-05-28T20:26:40Z)"
         ) from exc
     if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
+        dt = dt.replace(tzinfo=UTC)
     whole = int(dt.replace(microsecond=0).timestamp())
     return whole * 10**9 + dt.microsecond * 1000
 
@@ -179,16 +179,24 @@ def read_range(
         parts = sorted(tmd.partitions)
         t_lo = max(0, (tr.start_ns - skew_ns) // 1_000_000)
         t_hi = -1 if lag_ns is None else (tr.end_ns + lag_ns) // 1_000_000
-        try:
-            lo = cons.offsets_for_times([TopicPartition(topic, p, t_lo) for p in parts], 10)
-            hi = (
-                lo
-                if t_hi < 0
-                else cons.offsets_for_times([TopicPartition(topic, p, t_hi) for p in parts], 10)
-            )
-            wm = {p: cons.get_watermark_offsets(TopicPartition(topic, p), 10) for p in parts}
-        except KafkaException as exc:
-            raise ReplayError(f"{topic}: offsets_for_times failed ({exc})") from exc
+        for attempt in range(20):  # a new topic's leader may not be elected yet
+            try:
+                lo = cons.offsets_for_times([TopicPartition(topic, p, t_lo) for p in parts], 10)
+                hi = (
+                    lo
+                    if t_hi < 0
+                    else cons.offsets_for_times([TopicPartition(topic, p, t_hi) for p in parts], 10)
+                )
+                wm = {p: cons.get_watermark_offsets(TopicPartition(topic, p), 10) for p in parts}
+                break
+            except KafkaException as exc:
+                err = exc.args[0] if exc.args else None
+                retriable = bool(getattr(err, "retriable", lambda: False)()) or (
+                    "leader" in str(exc).lower()
+                )
+                if not retriable or attempt == 19:
+                    raise ReplayError(f"{topic}: offsets_for_times failed ({exc})") from exc
+                time.sleep(0.25)
         ranges: dict[int, tuple[int, int]] = {}
         for a, b in zip(lo, hi, strict=True):
             low, high = wm[a.partition]
@@ -215,7 +223,7 @@ def read_range(
                 if m.error() is not None:
                     continue
                 p, off = m.partition(), m.offset()
-                if p not in ranges:
+                if p is None or off is None or p not in ranges:
                     continue
                 start, end = ranges[p]
                 if off >= end:
