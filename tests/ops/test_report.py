@@ -1,0 +1,106 @@
+"""`argus report`: a self-contained page with its charts; rendered in headless Chromium."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from argus.cli import main
+from argus.config import Settings
+from argus.report import ReportError, report_data, svg_cdf, svg_heatmap
+from argus.sim.simulate import T0_NS, publish, simulate, write_avro
+
+CHROMIUM = Path("/usr/bin/chromium")
+SIM = dict(ranks=32, steps=30, seed=3)
+
+
+@pytest.fixture(scope="module")
+def straggler_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("sim") / "cs"
+    write_avro(simulate("compute-straggler", **SIM), out)  # type: ignore[arg-type]
+    return out
+
+
+def _check_page(page: str) -> None:
+    # self-contained: no scripts, no external references (SVG namespaces aside)
+    assert "<script" not in page and "src=" not in page and "href=" not in page
+    assert "url(" not in page and "@import" not in page
+    assert not re.findall(r"https?://(?!www\.w3\.org/2000/svg)", page)
+    for section in ("iter", "heat", "w1", "cdf", "funnel"):
+        assert f"id='{section}'" in page
+    assert page.count("<svg") == 4
+    assert 'class="band"' in page  # the L1 window
+    assert 'class="straggler"' in page and 'class="peer"' in page
+    # the culprit: mlp in dp group pp0.tp1, ranks 7 and 15, highlighted in the heatmap
+    assert "phase mlp in dp group pp0.tp1" in page
+    assert re.search(r'font-weight="bold" fill="#c00">rank 7<', page)
+    assert "<td>7,15</td>" in page and "<td>mlp / swiglu_fwd_kernel</td>" in page
+
+
+def test_report_from_file(straggler_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "report.html"
+    assert main(["report", "--from-file", str(straggler_dir), "-o", str(out)]) == 0
+    _check_page(out.read_text())
+
+
+def test_svg_helpers_and_errors() -> None:
+    import numpy as np
+
+    svg = svg_heatmap(np.array([[1.0, np.nan], [3.0, 4.0]]), ["a", "b"], ["0", "1"])
+    assert svg.count("<rect") == 4 and "#eeeeee" in svg  # NaN cell grey
+    cdf = svg_cdf({"r1": np.arange(10.0), "r2": np.arange(5.0) + 3}, ["r2"])
+    assert cdf.count('class="straggler"') == 1 and cdf.count('class="peer"') == 1
+    with pytest.raises(ReportError, match="no step records"):
+        report_data([], None)  # type: ignore[arg-type]
+
+
+@pytest.mark.skipif(
+    not CHROMIUM.exists(), reason="/usr/bin/chromium absent (apt-get install chromium)"
+)
+def test_report_renders_in_chromium(straggler_dir: Path, tmp_path: Path) -> None:
+    from PIL import Image
+
+    page = tmp_path / "report.html"
+    assert main(["report", "--from-file", str(straggler_dir), "-o", str(page)]) == 0
+    png = tmp_path / "shot.png"
+    subprocess.run(
+        [
+            str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync",
+            "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={png}",
+            "--window-size=1400,2400", page.resolve().as_uri(),
+        ],
+        check=True, capture_output=True, timeout=90,
+    )  # fmt: skip
+    assert png.stat().st_size > 30_000
+    import numpy as np
+
+    img = Image.open(png).convert("RGB")
+    assert img.size == (1400, 2400)
+    a = np.asarray(img).reshape(-1, 3).astype(int)
+    non_white = float((a.min(axis=1) < 235).mean())
+    assert non_white > 0.05, f"page looks blank ({non_white:.1%} non-white)"
+    colours = np.unique(a, axis=0)
+    assert len(colours) > 200  # charts, not a flat colour
+    r, g, b = colours.T
+    # the straggler's CDF lines (#d62728) and the viridis yellow of the heatmap are drawn
+    assert ((abs(r - 214) < 20) & (g < 80) & (b < 80)).any()
+    assert ((r > 200) & (g > 200) & (b < 90)).any()
+
+
+@pytest.mark.kafka
+def test_report_from_kafka(kafka: Settings, topic_prefix: str, tmp_path: Path) -> None:
+    recs = list(simulate("compute-straggler", **SIM))  # type: ignore[arg-type]
+    publish(iter(recs), kafka, prefix=topic_prefix)
+    end = max(r["end_ns"] for s, _k, r in recs if s == "raw.steps")
+    out = tmp_path / "k.html"
+    rc = main(
+        ["report", "--job", "sim-compute-straggler", "--from", str(T0_NS), "--to", str(end),
+         "--prefix", topic_prefix, "-o", str(out)]
+    )  # fmt: skip
+    assert rc == 0
+    _check_page(out.read_text())
+    assert main(["report", "--job", "x", "-o", str(out)]) == 2  # --from/--to missing
