@@ -69,6 +69,15 @@ def replay(
             raise click.UsageError(f"{thresholds}: not valid TOML ({exc})") from exc
     cfg = DetectorsConfig.from_settings(section)
     tr = TimeRange.parse(t_from, t_to)
+    if publish_topic:
+        from argus.topics import topic_name
+
+        pfx = s.topic_prefix if prefix is None else prefix
+        live = {topic_name(x, p) for x in ("anomalies", "alerts") for p in (pfx, s.topic_prefix)}
+        if publish_topic in live:
+            raise click.UsageError(
+                f"--publish-topic {publish_topic} is a live topic; publish replays elsewhere"
+            )
     with Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), transient=True
     ) as bar:
