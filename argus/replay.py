@@ -122,6 +122,7 @@ def read_range(
     lag_ns: int | None = None,
     on_progress: Progress | None = None,
     timeout_s: float = 60.0,
+    errors: list[str] | None = None,
 ) -> list[dict[str, Any]]:
     """Records of ``job`` on ``topic`` whose event time overlaps ``tr``, in offset order.
 
@@ -142,11 +143,15 @@ def read_range(
         ``(topic, offsets done, offsets total)`` after each fetched batch.
     timeout_s : float
         Give up when the range has not been read by then.
+    errors : list of str, optional
+        Records of the job that do not decode are skipped and described here
+        (``topic[partition]@offset: reason``); without a list they raise.
 
     Raises
     ------
     ReplayError
-        The topic does not exist, the broker does not answer, or the read timed out.
+        The topic does not exist, the broker does not answer, the read timed out, or (without
+        ``errors``) a record of the job does not decode.
     """
     import time
 
@@ -236,7 +241,14 @@ def read_range(
                 key = m.key()
                 if key is not None and not key.startswith(key_prefix):
                     continue
-                _name, rec = codec.decode(m.value())
+                try:
+                    _name, rec = codec.decode(m.value())
+                except ArgusError as exc:
+                    where = f"{topic}[{p}]@{off}: {exc}"
+                    if errors is None:
+                        raise ReplayError(f"undecodable record {where}") from exc
+                    errors.append(where)
+                    continue
                 if rec.get("job") != job:
                     continue
                 if want is not None and int(rec.get("rank", -1)) not in want:
@@ -275,6 +287,8 @@ class ReplayResult:
     kernel_source: str
     """``raw.kernels``, ``summary.kernels`` (raw expired) or ``none``."""
     read: dict[str, int] = field(default_factory=dict)
+    skipped: list[str] = field(default_factory=list)
+    """Undecodable records of the job, skipped (``topic[partition]@offset: reason``)."""
 
     def to_json(self) -> dict[str, Any]:
         doc = self.result.to_json()
@@ -283,6 +297,7 @@ class ReplayResult:
             "to_ns": self.range.end_ns,
             "kernel_source": self.kernel_source,
             "read": self.read,
+            "skipped": self.skipped,
         }
         return doc
 
@@ -301,7 +316,8 @@ def replay(
 ) -> ReplayResult:
     """Read ``job``'s records in ``tr`` from Kafka and diagnose them like ``argus diagnose``.
 
-    Kernel timings come from ``raw.kernels``; when none are left there for the range (short
+    Records of the job that do not decode are skipped and listed in
+    :attr:`ReplayResult.skipped`. Kernel timings come from ``raw.kernels``; when none are left there for the range (short
     retention) the compressor's ``summary.kernels`` are used instead. ``lag_ns``: see
     :func:`read_range`.
 
@@ -316,11 +332,13 @@ def replay(
 
     pfx = settings.topic_prefix if prefix is None else prefix
     t = {s: topic_name(s, pfx) for s in ("raw.steps", "raw.kernels", "summary.kernels")}
+    errors: list[str] = []
     kw: dict[str, Any] = {
         "job": job,
         "on_progress": on_progress,
         "timeout_s": timeout_s,
         "lag_ns": lag_ns,
+        "errors": errors,
     }
     steps = align_steps(read_range(settings, t["raw.steps"], tr, **kw), window_steps)
     if not steps:
@@ -347,7 +365,8 @@ def replay(
     )
     read = {"step_records": len(steps), "kernel_batches": len(batches)}
     read["kernel_summaries"] = len(summaries)
-    return ReplayResult(job, tr, res, source, read)
+    read["undecodable"] = len(errors)
+    return ReplayResult(job, tr, res, source, read, errors)
 
 
 def publish_findings(settings: Any, result: DiagnoseResult, topic: str) -> int:

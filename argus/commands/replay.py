@@ -94,6 +94,8 @@ def replay(
         )  # fmt: skip
     _print(res.result, None, top)
     click.echo(f"kernels from {res.kernel_source}; read {res.read}")
+    for where in res.skipped[:10]:
+        click.secho(f"skipped undecodable record {where}", fg="yellow", err=True)
     path = Path(out) if out else Path(f"replay-{job}-{tr.start_ns}-{tr.end_ns}.json")
     path.write_text(json.dumps(res.to_json(), indent=1, default=str) + "\n")
     click.echo(f"findings -> {path}")

@@ -124,5 +124,18 @@ def test_replay_subrange_and_summary_fallback(
 def test_replay_errors(kafka: Settings, topic_prefix: str) -> None:
     with pytest.raises(ReplayError, match="no step records"):
         replay(kafka, "nope", TimeRange(T0_NS, T0_NS + 10**9), prefix=topic_prefix)
+    # a corrupt record of the job: skipped and reported by replay, an error for read_range
+    from confluent_kafka import Producer
+
+    prod = Producer(kafka.kafka_config())
+    prod.produce(f"{topic_prefix}.raw.steps", b"\x00garbage", b"sim-link-degradation/3")
+    assert prod.flush(10) == 0
+    publish(simulate("link-degradation", kernels=False, **SCENARIO), kafka, prefix=topic_prefix)  # type: ignore[arg-type]
+    tr = TimeRange(T0_NS, T0_NS + 10**12)
+    res = replay(kafka, "sim-link-degradation", tr, prefix=topic_prefix)
+    assert res.read["undecodable"] == 1 and "raw.steps[0]@0" in res.skipped[0]
+    assert res.read["step_records"] == 32 * 30
+    with pytest.raises(ReplayError, match="undecodable record"):
+        read_range(kafka, f"{topic_prefix}.raw.steps", tr, job="sim-link-degradation")
     with pytest.raises(ReplayError, match="does not exist"):
         read_range(kafka, f"{topic_prefix}.missing", TimeRange(0, 1), job="x")
