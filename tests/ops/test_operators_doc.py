@@ -49,7 +49,7 @@ def test_follow_filters_and_dedupes(kafka: Settings, topic_prefix: str) -> None:
         "first_seen_ns": 1, "last_seen_ns": 2, "persistence": 2, "confidence": 0.9,
         "anomaly_ids": [wanted.id], "details": {},
     }  # fmt: skip
-    prod.produce(f"{topic_prefix}.alerts", codec.encode("alert", alert), alert["dedup_key"])
+    prod.produce(f"{topic_prefix}.alerts", codec.encode("alert", alert), str(alert["dedup_key"]))
     assert prod.flush(10) == 0
     got = list(
         _follow()(kafka.bootstrap_servers, prefix=topic_prefix, job="jobA", group="dp/pp0.tp1",
