@@ -10,6 +10,7 @@ import pytest
 
 from argus.cli import main
 from argus.config import Settings
+from argus.detectors.config import DetectorsConfig
 from argus.diagnose import batch_summaries, diagnose, diagnose_path
 from argus.replay import (
     ReplayError,
@@ -76,6 +77,21 @@ def test_replay_equals_diagnose(kafka: Settings, topic_prefix: str, tmp_path: Pa
     assert [v["id"] for v in doc["verdicts"]] == [v["id"] for v in offline["verdicts"]]
     top = doc["verdicts"][0]
     assert top["kernel"] == offline["verdicts"][0]["kernel"]
+    # other thresholds from --config: L3 made blind; equals diagnose with the same config
+    toml = tmp_path / "strict.toml"
+    toml.write_text("[detectors.l3]\nmin_rel_w1 = 1000.0\nmin_rel_w1_comm = 1000.0\n")
+    out2 = tmp_path / "strict.json"
+    rc = main(
+        [
+            "replay", "--job", "sim-link-degradation", "--from", str(T0_NS), "--to", str(end),
+            "--prefix", topic_prefix, "-o", str(out2), "--config", str(toml),
+        ]
+    )  # fmt: skip
+    assert rc == 0
+    strict = json.loads(out2.read_text())
+    cfg = DetectorsConfig.from_settings({"l3": {"min_rel_w1": 1000.0, "min_rel_w1_comm": 1000.0}})
+    assert not [f for f in strict["findings"] if f["level"] == "L3"]
+    assert _ids(strict) == _ids(diagnose_path(tmp_path / "rec", config=cfg).to_json())
     # the published anomalies are readable back with their ids
     from confluent_kafka import Consumer
 
