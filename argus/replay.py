@@ -341,13 +341,17 @@ def replay(
         "errors": errors,
     }
     steps = align_steps(read_range(settings, t["raw.steps"], tr, **kw), window_steps)
+    # partitions interleave arbitrarily: a deterministic order (stable, so one rank's
+    # records keep their offset order, which is their partition's)
+    steps.sort(key=lambda r: (int(r["step"]), int(r["rank"])))
     if not steps:
         raise ReplayError(f"no step records of job {job!r} in {t['raw.steps']} for that range")
     lo = min(int(r["step"]) for r in steps)
     hi = max(int(r["step"]) for r in steps)
 
     def in_steps(recs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        return [r for r in recs if lo <= int(r["window_id"]) <= hi]
+        sel = [r for r in recs if lo <= int(r["window_id"]) <= hi]
+        return sorted(sel, key=lambda r: (int(r["window_id"]), int(r["rank"])))
 
     batches = in_steps(read_range(settings, t["raw.kernels"], tr, **kw))
     summaries: list[dict[str, Any]] = []
