@@ -208,3 +208,37 @@ def _shift(rec: dict[str, Any], dt: int) -> dict[str, Any]:
     if "phases" in rec:
         out["phases"] = [{**p, "start_ns": p["start_ns"] + dt} for p in rec["phases"]]
     return out
+
+
+@pytest.mark.kafka
+def test_read_range_seeks_by_kafka_timestamp(kafka: Settings, topic_prefix: str) -> None:
+    """With create times close to event times, only the range's offsets are read."""
+    import time
+
+    from confluent_kafka import Producer
+
+    from argus.schemas.codec import Codec
+
+    codec = Codec()
+    base = (time.time_ns() // 10**9 - 3 * 3600) * 10**9  # 3 h ago, whole seconds
+    step = next(
+        r for s, _k, r in simulate("healthy", ranks=16, steps=1, kernels=False) if s == "raw.steps"
+    )
+    prod = Producer(kafka.kafka_config())
+    for hour in range(3):
+        for i in range(5):
+            t = base + hour * 3600 * 10**9 + i * 10**9
+            rec = {**step, "job": "ts", "rank": i, "step": hour, "start_ns": t, "end_ns": t + 10**8}
+            prod.produce(
+                f"{topic_prefix}.raw.steps", codec.encode("step_record", rec), f"ts/{i}",
+                timestamp=(t + 2 * 10**8) // 10**6,  # sent 0.1 s after the step ended
+            )  # fmt: skip
+    assert prod.flush(10) == 0
+    totals: list[int] = []
+    t1 = base + 3600 * 10**9
+    got = read_range(
+        kafka, f"{topic_prefix}.raw.steps", TimeRange(t1, t1 + 10 * 10**9), job="ts",
+        skew_ns=0, lag_ns=60 * 10**9, on_progress=lambda _t, _d, n: totals.append(n),
+    )  # fmt: skip
+    assert sorted(r["rank"] for r in got) == list(range(5)) and {r["step"] for r in got} == {1}
+    assert totals[0] == 5  # offsets 5..9 only, not the 15 on the partition
