@@ -273,15 +273,50 @@ def _kernel_durations(
     return {r: np.concatenate(v) for r, v in sorted(parts.items())}
 
 
+def _summary_quantiles(
+    summaries: Sequence[Mapping[str, Any]],
+    kernel: str,
+    stream: int | None,
+    s0: int,
+    s1: int,
+    n_probs: int,
+) -> dict[int, np.ndarray]:
+    """Per rank, the reconstructed quantile function (ms, on L3's grid) of ``kernel``."""
+    from argus.detectors.l3_window import merge_summaries
+    from argus.diagnose import summary_groups
+    from argus.streams.lognormal import default_probs, quantile_matrix
+    from argus.streams.summary_record import KernelNames
+
+    book = KernelNames()
+    parts: dict[int, list[Any]] = defaultdict(list)
+    for rec in sorted(summaries, key=lambda r: (int(r["window_id"]), int(r["rank"]))):
+        groups = summary_groups(rec, book)  # every record: names are announced once per rank
+        if not s0 <= int(rec["window_id"]) <= s1:
+            continue
+        for (name, st), summ in groups.items():
+            if name == kernel and (stream is None or st == stream):
+                parts[int(rec["rank"])].append(summ)
+    if not parts:
+        return {}
+    ranks = sorted(parts)
+    q = quantile_matrix([merge_summaries(parts[r]) for r in ranks], default_probs(n_probs))
+    return {r: q[i] / 1e6 for i, r in enumerate(ranks)}
+
+
 def report_data(
     steps: Sequence[Mapping[str, Any]],
     result: DiagnoseResult,
     *,
     kernel_batches: Sequence[Mapping[str, Any]] = (),
+    kernel_summaries: Sequence[Mapping[str, Any]] = (),
     config: DetectorsConfig | None = None,
     max_ranks: int = 64,
 ) -> ReportData:
-    """Chart inputs from the step records, the raw kernel batches and their diagnosis.
+    """Chart inputs from the step records, the kernel records and their diagnosis.
+
+    The W1 matrix and kernel CDFs use the raw kernel durations when ``kernel_batches`` hold
+    the flagged kernel, else the distributions reconstructed from ``kernel_summaries``
+    (:func:`argus.streams.lognormal.quantile_matrix` on L3's probability grid, what L3 saw).
 
     Raises
     ------
@@ -365,6 +400,13 @@ def report_data(
         grp = next(
             (g for g in gws if g.group_kind == f.group_kind and g.group_id == f.group_id), None
         )
+        source = "raw kernel durations"
+        if not dur and kernel_summaries:
+            dur = _summary_quantiles(
+                kernel_summaries, str(f.kernel), f.stream, f.window_start_step,
+                f.window_end_step, cfg.l3.n_probs,
+            )  # fmt: skip
+            source = "reconstructed from kernel summaries"
         members = dict(dur)
         if grp is not None and len(set(grp.ranks.tolist()) & set(members)) >= 2:
             members = {r: v for r, v in members.items() if r in set(grp.ranks.tolist())}
@@ -379,7 +421,8 @@ def report_data(
             d.w1_ranks = list(members)
             d.w1_title = (
                 f"kernel {f.kernel} (stream {f.stream}), steps "
-                f"{f.window_start_step}-{f.window_end_step}, {f.group_kind} {f.group_id}"
+                f"{f.window_start_step}-{f.window_end_step}, {f.group_kind} {f.group_id}; "
+                f"{source}"
             )
             d.cdf = {f"rank {r}": v for r, v in members.items()}
             hot = list(f.ranks) or [int(max(members, key=lambda r: float(np.median(members[r]))))]
@@ -492,7 +535,9 @@ def _diagnose(
         window_steps=window_steps, job=job,
     )  # fmt: skip
     sel = [r for r in steps if r.get("job") == res.job]
-    return render_html(report_data(sel, res, kernel_batches=batches, config=config))
+    return render_html(
+        report_data(sel, res, kernel_batches=batches, kernel_summaries=summaries, config=config)
+    )
 
 
 def report_from_dir(

@@ -104,3 +104,26 @@ def test_report_from_kafka(kafka: Settings, topic_prefix: str, tmp_path: Path) -
     assert rc == 0
     _check_page(out.read_text())
     assert main(["report", "--job", "x", "-o", str(out)]) == 2  # --from/--to missing
+
+
+@pytest.mark.kafka
+def test_report_after_raw_kernels_expired(
+    kafka: Settings, topic_prefix: str, tmp_path: Path
+) -> None:
+    """Only kernel summaries left: W1 and CDFs from the reconstructed distributions."""
+    from argus.diagnose import batch_summaries
+
+    recs = list(simulate("compute-straggler", **SIM))  # type: ignore[arg-type]
+    steps = [x for x in recs if x[0] == "raw.steps"]
+    summ = [("summary.kernels", k, batch_summaries(r)) for s, k, r in recs if s == "raw.kernels"]
+    publish(iter(steps + summ), kafka, prefix=topic_prefix)
+    end = max(r["end_ns"] for _s, _k, r in steps)
+    out = tmp_path / "s.html"
+    rc = main(
+        ["report", "--job", "sim-compute-straggler", "--from", str(T0_NS), "--to", str(end),
+         "--prefix", topic_prefix, "-o", str(out)]
+    )  # fmt: skip
+    assert rc == 0
+    page = out.read_text()
+    _check_page(page)
+    assert "reconstructed from kernel summaries" in page
