@@ -19,17 +19,44 @@ COMMANDS: dict[str, tuple[str, str]] = {
     # name: (module:attribute, one-line help shown in `argus --help`)
     "kafka": ("argus.commands.kafka:kafka", "Run a local Apache Kafka broker (up/down/status)."),
     "topics": ("argus.commands.kafka:topics", "Create or list the argus topics."),
-    "simulate": ("argus.commands.simulate:simulate", "Simulate a training job with injected faults (Avro files or Kafka)."),
-    "diagnose": ("argus.commands.diagnose:diagnose", "Diagnose recorded Avro files offline: L1-L3 and the funnel."),
-    "demo": ("argus.commands.demo:demo", "The main job end to end: broker, workers, a faulty simulated job, live funnel."),
-    "worker": ("argus.commands.worker:worker", "Run stream-worker roles (compressor, l1, l2, l3, funnel, stacks, pagerduty)."),
+    "simulate": (
+        "argus.commands.simulate:simulate",
+        "Simulate a training job with injected faults (Avro files or Kafka).",
+    ),
+    "diagnose": (
+        "argus.commands.diagnose:diagnose",
+        "Diagnose recorded Avro files offline: L1-L3 and the funnel.",
+    ),
+    "demo": (
+        "argus.commands.demo:demo",
+        "The main job end to end: broker, workers, a faulty simulated job, live funnel.",
+    ),
+    "worker": (
+        "argus.commands.worker:worker",
+        "Run stream-worker roles (compressor, l1, l2, l3, funnel, stacks, pagerduty).",
+    ),
     "collect": ("argus.commands.collect:collect", "Collector sidecars (py-spy stacks)."),
     "control": ("argus.commands.control:control", "Send runtime commands to running collectors."),
-    "fidelity": ("argus.commands.fidelity:fidelity", "Check compression fidelity: raw vs reconstructed rank W1 (synthetic or Avro files)."),
-    "replay": ("argus.commands.replay:replay", "Replay a job's historical window from Kafka through L1-L3 and the funnel."),
-    "trace": ("argus.commands.trace:trace", "Write a Perfetto trace of ranks' phases, kernels and stacks (L4 drill-down)."),
-    "stacks": ("argus.commands.stacks:stacks", "Hottest collapsed stacks of a rank; text, folded or speedscope (L5)."),
-    "report": ("argus.commands.report:report", "One self-contained HTML report of a job's window (charts, funnel)."),
+    "fidelity": (
+        "argus.commands.fidelity:fidelity",
+        "Check compression fidelity: raw vs reconstructed rank W1 (synthetic or Avro files).",
+    ),
+    "replay": (
+        "argus.commands.replay:replay",
+        "Replay a job's historical window from Kafka through L1-L3 and the funnel.",
+    ),
+    "trace": (
+        "argus.commands.trace:trace",
+        "Write a Perfetto trace of ranks' phases, kernels and stacks (L4 drill-down).",
+    ),
+    "stacks": (
+        "argus.commands.stacks:stacks",
+        "Hottest collapsed stacks of a rank; text, folded or speedscope (L5).",
+    ),
+    "report": (
+        "argus.commands.report:report",
+        "One self-contained HTML report of a job's window (charts, funnel).",
+    ),
 }
 
 

@@ -1,14 +1,22 @@
 """``argus demo``: the whole pipeline on this machine, watched live.
 
 Starts the broker (unless a cluster is configured), creates a private set of topics, starts
-the workers (step roles and kernel roles in two processes), publishes a simulated job with
-a fault, shows anomalies and alerts as they arrive, stops everything and writes the findings
-as JSON.
+the workers (step roles and kernel roles in two processes), runs a job with a fault, shows
+anomalies and alerts as they arrive, stops everything and writes the findings as JSON.
+
+Two sources of the job:
+
+* ``training`` (default): the real CPU DDP transformer of ``examples/ddp_transformer.py``,
+  4 processes over gloo with the collectors on, rank 2's MLP slowed 3x;
+* ``simulator``: a simulated MoE job of ``--ranks`` GPUs with a fault ``--scenario``.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -75,12 +83,23 @@ def _anomaly_table(anoms: list[dict[str, Any]]) -> Table:
     return t
 
 
+TRAIN_STRAGGLER, TRAIN_PHASES = 2, ("mlp", "forward")
+TRAIN_DETECTORS = {  # 4 CPU processes on a shared host jitter: page only on firm evidence
+    "ARGUS_DETECTORS__FUNNEL__TRIGGER_CONFIDENCE": "0.9",
+}
+
+
+def _training_available() -> bool:
+    return (Path.cwd() / "examples" / "ddp_transformer.py").is_file()
+
+
 def run_demo(
     settings: Settings,
     *,
+    source: str = "training",
     scenario: str = "compute-straggler",
     ranks: int = 64,
-    steps: int = 80,
+    steps: int = 120,
     rate: float = 4.0,
     out: Path = Path("out/demo-findings.json"),
     keep_topics: bool = False,
@@ -99,9 +118,34 @@ def run_demo(
     prefix = f"{settings.topic_prefix}-demo-{uuid.uuid4().hex[:6]}"
     topics = create_topics(settings, prefix=prefix, partitions=2)
     console.print(f"[bold]topics[/] {len(topics)} under {prefix}.*")
-    run = SimRun.make(scenario, ranks=ranks, steps=steps, seed=7, job=f"demo-{scenario}")
+    if source == "training" and not _training_available():
+        console.print(
+            "[yellow]examples/ddp_transformer.py is not here (run from the repository); "
+            "using the simulator[/]"
+        )
+        source = "simulator"
     logs = settings.state_dir / "demo"
     env = {"ARGUS_TOPIC_PREFIX": prefix, **DEMO_STREAMS}
+    run = None
+    if source == "training":
+        env.update(TRAIN_DETECTORS)
+        job = "demo-training"
+        truth, truth_group, truth_phases = {TRAIN_STRAGGLER}, None, set(TRAIN_PHASES)
+        truth_doc: dict[str, Any] = {
+            "ranks": [TRAIN_STRAGGLER],
+            "phases": list(TRAIN_PHASES),
+            "fault": f"rank {TRAIN_STRAGGLER}'s MLP 3x slower",
+        }
+        what = f"CPU DDP transformer, 4 processes over gloo, collectors on, {steps} steps"
+    else:
+        run = SimRun.make(scenario, ranks=ranks, steps=steps, seed=7, job=f"demo-{scenario}")
+        job = run.job
+        truth, truth_group, truth_phases = set(run.truth.ranks), run.truth.group, set()
+        truth_doc = run.truth_dict()
+        truth_doc["fault"] = run.truth.description
+        what = (
+            f"{run.layout.world} simulated ranks ({run.layout}), {steps} steps at {rate:g} steps/s"
+        )
     workers = [
         WorkerProcess(roles, env=env, log_path=logs / f"worker-{'-'.join(roles)}.log").start()
         for roles in ROLE_SPLIT
@@ -109,25 +153,22 @@ def run_demo(
     console.print(
         f"[bold]workers[/] {' | '.join(' '.join(r) for r in ROLE_SPLIT)} (logs in {logs})"
     )
-    console.print(
-        f"[bold]job[/] {run.job}: {run.layout.world} ranks ({run.layout}), {steps} steps at "
-        f"{rate:g} steps/s; fault: {run.truth.description}"
-    )
-    watch = Watcher(settings, ["alerts", "anomalies"], prefix=prefix)
-    truth = set(run.truth.ranks)
+    console.print(f"[bold]job[/] {job}: {what}; fault: {truth_doc['fault']}")
+    watch = Watcher(settings, ["alerts", "anomalies", "raw.steps"], prefix=prefix)
 
     def culprit_found(w: Watcher) -> bool:
         for a in w.get("alerts"):
             if a["action"] != "trigger":
                 continue
-            if (truth and truth & set(a["ranks"])) or (
-                run.truth.group and a["group_id"] == run.truth.group[1]
-            ):
+            named = set(a["ranks"])
+            if named and named <= truth and (not truth_phases or a["phase"] in truth_phases):
+                return True
+            if truth_group and a["group_id"] == truth_group[1]:
                 return True
         return False
 
     progress = Progress(
-        TextColumn("[bold]simulated steps"),
+        TextColumn("[bold]training steps" if run is None else "[bold]simulated steps"),
         BarColumn(),
         TextColumn("{task.completed}/{task.total}"),
         TimeElapsedColumn(),
@@ -138,24 +179,54 @@ def run_demo(
 
     def produce() -> None:
         try:
-            publish(
-                simulate(run),
-                settings,
-                prefix=prefix,
-                step_rate=rate,
-                on_step=lambda s: progress.update(task, completed=s + 1),
-            )
+            if run is None:
+                proc = subprocess.run(
+                    [
+                        sys.executable,
+                        "-m",
+                        "examples.ddp_transformer",
+                        "--job",
+                        job,
+                        "--steps",
+                        str(steps),
+                        "--straggler-rank",
+                        str(TRAIN_STRAGGLER),
+                        "--slowdown",
+                        "3",
+                    ],
+                    env={**os.environ, "ARGUS_TOPIC_PREFIX": prefix},
+                    capture_output=True,
+                    text=True,
+                    check=False,
+                )
+                logs.mkdir(parents=True, exist_ok=True)
+                (logs / "training.log").write_text(proc.stdout + proc.stderr)
+                if proc.returncode != 0:
+                    raise RuntimeError(
+                        f"the training job failed (exit {proc.returncode}); see {logs}/training.log"
+                    )
+            else:
+                publish(
+                    simulate(run),
+                    settings,
+                    prefix=prefix,
+                    step_rate=rate,
+                    on_step=lambda s: progress.update(task, completed=s + 1),
+                )
         except BaseException as exc:  # shown after the live view
             errors.append(exc)
         finally:
             done.set()
 
-    threading.Thread(target=produce, name="argus-demo-sim", daemon=True).start()
+    threading.Thread(target=produce, name="argus-demo-job", daemon=True).start()
     t0 = time.monotonic()
     settle = None
     try:
         with Live(console=console, refresh_per_second=4) as live:
             while time.monotonic() - t0 < timeout_s:
+                if run is None:
+                    got = watch.get("raw.steps")
+                    progress.update(task, completed=1 + max((r["step"] for r in got), default=-1))
                 live.update(
                     Group(
                         progress,
@@ -168,7 +239,7 @@ def run_demo(
                 if (
                     settle is not None
                     and time.monotonic() - settle > 20
-                    and (culprit_found(watch) or (not truth and not run.truth.group))
+                    and (culprit_found(watch) or (not truth and not truth_group))
                 ):
                     break
                 if any(not w.alive for w in workers):
@@ -195,9 +266,9 @@ def run_demo(
     out.write_text(
         json.dumps(
             {
-                "scenario": scenario,
-                "job": run.job,
-                "truth": run.truth_dict(),
+                "source": source,
+                "job": job,
+                "truth": truth_doc,
                 "topic_prefix": prefix,
                 "culprit_found": found,
                 "alerts": alerts,
@@ -210,5 +281,5 @@ def run_demo(
         )
     )
     verdict = "[green]found[/]" if found else "[red]NOT found[/]"
-    console.print(f"culprit {sorted(truth) or run.truth.group} {verdict}; findings -> {out}")
+    console.print(f"culprit {sorted(truth) or truth_group} {verdict}; findings -> {out}")
     return DemoResult(found, out, alerts)

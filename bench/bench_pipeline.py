@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
 import threading
@@ -31,10 +30,13 @@ from argus.sim.simulate import SimRun, publish, simulate
 from argus.streams.local_run import Watcher, WorkerProcess
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "tests" / "pipeline"))
-from harness import SPLIT, free_port, metric  # noqa: E402
+from harness import SPLIT, free_port, metric
 
-ENV = {"ARGUS_STREAMS__INTERNAL_PARTITIONS": "2", "ARGUS_STREAMS__FUNNEL_GRACE_S": "5",
-       "ARGUS_STREAMS__FUNNEL_IDLE_S": "10"}
+ENV = {
+    "ARGUS_STREAMS__INTERNAL_PARTITIONS": "2",
+    "ARGUS_STREAMS__FUNNEL_GRACE_S": "5",
+    "ARGUS_STREAMS__FUNNEL_IDLE_S": "10",
+}
 
 
 def _pct(xs: list[float], q: float) -> float:
@@ -47,8 +49,15 @@ def latency(ranks: int, steps: int, rate: float) -> None:
     prefix = f"bench{int(time.time())}"
     topics = create_topics(s, prefix=prefix, partitions=2)
     tmp = Path(tempfile.mkdtemp())
-    workers = [WorkerProcess(r, env={"ARGUS_TOPIC_PREFIX": prefix, **ENV}, log_path=tmp / f"{'-'.join(r)}.log",
-                             metrics_port=free_port()).start() for r in SPLIT]
+    workers = [
+        WorkerProcess(
+            r,
+            env={"ARGUS_TOPIC_PREFIX": prefix, **ENV},
+            log_path=tmp / f"{'-'.join(r)}.log",
+            metrics_port=free_port(),
+        ).start()
+        for r in SPLIT
+    ]
     watch = Watcher(s, ["anomalies"], prefix=prefix)
     arrivals: dict[str, float] = {}
     lock = threading.Lock()
@@ -61,8 +70,16 @@ def latency(ranks: int, steps: int, rate: float) -> None:
     time.sleep(8)  # workers join their groups
     run = SimRun.make("compute-straggler", ranks=ranks, steps=steps, seed=11)
     published: dict[int, float] = {}
-    publish(simulate(run), s, prefix=prefix, step_rate=rate, on_step=lambda st: published.__setitem__(st, time.time()))
-    watch.wait_for(lambda _: metric(workers[0], "argus_windows_closed_total", role="steps") >= steps, 120)
+    publish(
+        simulate(run),
+        s,
+        prefix=prefix,
+        step_rate=rate,
+        on_step=lambda st: published.__setitem__(st, time.time()),
+    )
+    watch.wait_for(
+        lambda _: metric(workers[0], "argus_windows_closed_total", role="steps") >= steps, 120
+    )
     time.sleep(25)
     for w in workers:
         w.stop()
@@ -83,19 +100,26 @@ def latency(ranks: int, steps: int, rate: float) -> None:
             l2.append(t - published[end])
         elif rec["level"] == "L3":
             l3.append(t - published[end])
-    print(f"latency, {ranks} ranks, {steps} steps at {rate:g} steps/s (compute-straggler from step {run.truth.onset_step})")
-    print(f"  L2: n={len(l2)} p50={_pct(l2, 50):.2f} s p95={_pct(l2, 95):.2f} s max={max(l2, default=float('nan')):.2f} s")
-    print(f"  L3: n={len(l3)} p50={_pct(l3, 50):.2f} s p95={_pct(l3, 95):.2f} s max={max(l3, default=float('nan')):.2f} s")
+    print(
+        f"latency, {ranks} ranks, {steps} steps at {rate:g} steps/s (compute-straggler from step {run.truth.onset_step})"
+    )
+    print(
+        f"  L2: n={len(l2)} p50={_pct(l2, 50):.2f} s p95={_pct(l2, 95):.2f} s max={max(l2, default=float('nan')):.2f} s"
+    )
+    print(
+        f"  L3: n={len(l3)} p50={_pct(l3, 50):.2f} s p95={_pct(l3, 95):.2f} s max={max(l3, default=float('nan')):.2f} s"
+    )
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--ranks", type=int, default=64)
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--rate", type=float, default=1.0, help="steps/s")
     args = ap.parse_args()
     latency(args.ranks, args.steps, args.rate)
-    del statistics
 
 
 if __name__ == "__main__":

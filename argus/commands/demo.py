@@ -17,7 +17,7 @@ from argus.cli import settings_from
     help="fault to inject (argus simulate --list)",
 )
 @click.option("--ranks", default=64, show_default=True, help="simulated GPUs (multiple of 16)")
-@click.option("--steps", default=80, show_default=True)
+@click.option("--steps", default=120, show_default=True)
 @click.option("--rate", default=4.0, show_default=True, help="steps per second")
 @click.option(
     "--out",
@@ -37,7 +37,10 @@ def demo(
     out: str,
     keep_topics: bool,
 ) -> None:
-    """The main job end to end: broker, topics, workers, a simulated faulty job, live funnel.
+    """The main job end to end: broker, topics, workers, a faulty job, the live funnel.
+
+    By default a real 4-process CPU DDP training job with the collectors on, rank 2's MLP
+    slowed 3x; --source simulator runs a simulated --ranks job with a --scenario fault.
 
     Exits 0 when an alert names the injected culprit, 1 otherwise.
     """

@@ -126,22 +126,21 @@ class Ctx:
         """Send the event's original bytes and the reason to ``argus.dlq``."""
         msg = event.message
         why = reason or (exc.reason if isinstance(exc, DecodeError) else type(exc).__name__)
-        rec = {
+        reason = f"{why}: {exc}"[:4000]
+        rec: dict[str, Any] = {
             "source_topic": msg.topic,
             "partition": int(msg.partition),
             "offset": int(msg.offset),
             "key": msg.key if isinstance(msg.key, bytes) else None,
             "value": msg.value if isinstance(msg.value, bytes) else b"",
             "error_type": type(exc).__name__,
-            "reason": f"{why}: {exc}"[:4000],
+            "reason": reason,
             "worker": self.worker,
             "failed_ns": time.time_ns(),
         }
         await self.external("dlq").send(key=rec["key"], value=self.codec.encode("dlq_record", rec))
         metrics.DLQ.labels(role, why).inc()
-        log.warning(
-            "%s[%s]@%s -> dlq: %s", msg.topic, msg.partition, msg.offset, rec["reason"][:300]
-        )
+        log.warning("%s[%s]@%s -> dlq: %s", msg.topic, msg.partition, msg.offset, reason[:300])
 
 
 def is_tick(event: faust.EventT) -> bool:
@@ -329,7 +328,7 @@ def window_agent(
     parts = ctx.pcfg.internal_partitions
 
     async def _handle(ev: faust.EventT) -> None:
-        msg = json.loads(ev.message.value)
+        msg = json.loads(ev.message.value or b"{}")
         now = float(msg.get("t") or msg.get("now") or time.time())
         if is_tick(ev):
             part = ev.message.partition
@@ -339,7 +338,7 @@ def window_agent(
                     if await impl.tick(key, st, now):
                         state[key] = st
             return
-        key = ev.message.key.decode()
+        key = (ev.message.key or b"").decode()
         st = state.get(key) or impl.new(key)
         for item in msg["items"]:
             await impl.add(key, st, item, now)

@@ -138,7 +138,7 @@ class Watcher:
             msg = self._consumer.poll(0.2)
             if msg is None or msg.error() is not None:
                 continue
-            suffix = self._topic_to_suffix[msg.topic()]
+            suffix = self._topic_to_suffix[msg.topic() or ""]
             try:
                 _, rec = self._codec.decode(msg.value())
             except DecodeError:

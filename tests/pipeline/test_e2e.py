@@ -38,7 +38,9 @@ def test_every_scenario_through_the_pipeline(
         assert done, steps_w.log_tail() + kernels_w.log_tail()
         # every step of every job closed in L1 before we judge the healthy job
         assert watch.wait_for(
-            lambda _: metric(steps_w, "argus_windows_closed_total", role="steps") >= len(runs) * STEPS,
+            lambda _: (
+                metric(steps_w, "argus_windows_closed_total", role="steps") >= len(runs) * STEPS
+            ),
             timeout_s=60,
         ), steps_w.log_tail()
         watch.wait_for(lambda _: False, timeout_s=6)  # let the funnel run two more windows

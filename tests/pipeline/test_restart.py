@@ -28,7 +28,9 @@ def _steps(run: SimRun, lo: int, hi: int) -> Iterator[tuple[str, str, dict[str, 
             yield t, k, r
 
 
-def test_sigkill_mid_run_loses_and_duplicates_nothing(kafka: Settings, topic_prefix: str, tmp_path: Path) -> None:
+def test_sigkill_mid_run_loses_and_duplicates_nothing(
+    kafka: Settings, topic_prefix: str, tmp_path: Path
+) -> None:
     run = SimRun.make("compute-straggler", ranks=32, steps=STEPS, seed=5)
     truth = set(run.truth.ranks)
     steps_roles, kernel_roles = SPLIT
@@ -46,7 +48,8 @@ def test_sigkill_mid_run_loses_and_duplicates_nothing(kafka: Settings, topic_pre
         steps_w = worker(topic_prefix, tmp_path, steps_roles).start()
         publish(_steps(run, 34, STEPS), kafka, prefix=topic_prefix, step_rate=8.0)
         assert watch.wait_for(
-            lambda _: metric(steps_w, "argus_windows_closed_total", role="steps") >= STEPS - 34, timeout_s=180
+            lambda _: metric(steps_w, "argus_windows_closed_total", role="steps") >= STEPS - 34,
+            timeout_s=180,
         ), steps_w.log_tail()
         watch.wait_for(lambda _: False, timeout_s=15)  # the funnel's last windows
     finally:
@@ -54,7 +57,9 @@ def test_sigkill_mid_run_loses_and_duplicates_nothing(kafka: Settings, topic_pre
         kernels_w.stop()
         watch.close()
     alerts = watch.get("alerts")
-    sent = Counter((a["dedup_key"], a["action"], a["persistence"], a["last_seen_ns"]) for a in alerts)
+    sent = Counter(
+        (a["dedup_key"], a["action"], a["persistence"], a["last_seen_ns"]) for a in alerts
+    )
     assert max(sent.values()) == 1, [k for k, n in sent.items() if n > 1]
     first_sightings = [a for a in culprit(watch) if a["persistence"] == 1]
     assert len(first_sightings) == 1, "the restarted funnel forgot the open alert"

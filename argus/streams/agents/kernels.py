@@ -66,7 +66,7 @@ def register_compressor(ctx: Ctx) -> None:
             metrics.RECORDS_IN.labels("compressor", "raw.kernels").inc()
 
             async def handle(event: faust.EventT = event) -> None:
-                raw = event.message.value
+                raw = event.message.value or b""
                 try:
                     batch = ctx.codec.decode_as("kernel_batch", raw)
                     who = f"{batch['job']}/{batch['rank']}"
@@ -224,7 +224,7 @@ def register_l3(ctx: Ctx) -> None:
                     "r": rec["rank"],
                     "w": rec["window_id"],
                     "exp": routing.expected_size(rec["coords"], "dp"),
-                    "v": base64.b64encode(event.message.value).decode(),
+                    "v": base64.b64encode(event.message.value or b"").decode(),
                 },
             )
         ]
