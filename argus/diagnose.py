@@ -252,6 +252,8 @@ def diagnose(
         if rec.get("job") != the_job:
             continue
         n_ks += 1
+        for si in rec.get("streams", []):  # summaries carry their batch's stream kinds
+            skinds[int(rec["rank"])][int(si["id"])] = si.get("kind", "unknown")
         add_summary(rec)
     res.inputs["kernel_batches"] = n_kb
     res.inputs["kernel_summaries"] = n_ks

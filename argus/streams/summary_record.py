@@ -135,6 +135,7 @@ def summary_from_many(
         "window_start_ns": int(header["window_start_ns"]),
         "window_end_ns": int(header["window_end_ns"]),
         "coords": dict(header.get("coords") or {}),
+        "streams": list(header.get("streams") or []),
         "method": many.method,
         "quantile_levels": [float(v) for v in many.quantile_levels],
         "kernel_names": [{"id": k, "name": names_by_id[k]} for k in new],

@@ -79,7 +79,6 @@ def register_compressor(ctx: Ctx) -> None:
                 except Exception as exc:
                     await ctx.dlq(event, exc, "compressor")
                     return
-                rec["streams"] = list(batch.get("streams") or [])
                 known.update(int(n["id"]) for n in rec["kernel_names"])
                 data = ctx.codec.encode("kernel_summary", rec)
                 await ctx.external("summary.kernels").send(key=who.encode(), value=data)
