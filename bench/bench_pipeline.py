@@ -15,6 +15,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
 import sys
 import tempfile
 import threading
@@ -111,6 +113,149 @@ def latency(ranks: int, steps: int, rate: float) -> None:
     )
 
 
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far."""
+    f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def load(ranks: int, minutes: float, events: int, profile: bool) -> None:
+    """R ranks at 15 steps/min, ``events`` kernel events per rank-step; lag must not grow."""
+    from confluent_kafka import Producer
+
+    from argus.schemas import Codec
+    from argus.sim.layout import Layout
+    from argus.streams import synth
+
+    s = load_settings()
+    LocalBroker(s).up()
+    prefix = f"load{int(time.time())}"
+    topics = create_topics(s, prefix=prefix, partitions=4)
+    tmp = Path(tempfile.mkdtemp())
+    env = {"ARGUS_TOPIC_PREFIX": prefix, **ENV, "ARGUS_STREAMS__INTERNAL_PARTITIONS": "4"}
+    workers = [
+        WorkerProcess(
+            r, env=env, log_path=tmp / f"{'-'.join(r)}.log", metrics_port=free_port()
+        ).start()
+        for r in SPLIT
+    ]
+    lay = Layout.for_ranks(ranks)
+    run = SimRun.make(
+        "healthy", layout=lay, steps=10_000, seed=3, job=f"load-{ranks}", kernels=False
+    )
+    steps_iter = simulate(run)
+    mix = synth.default_mix(0)
+    rng = np.random.default_rng(0)
+    base = [
+        synth.kernel_batch(
+            rng, mix, job=run.job, rank=r, window_id=0, n_events=events, coords=lay.coords(r)
+        )
+        for r in range(lay.world)
+    ]
+    codec = Codec()
+    prod = Producer(
+        s.kafka_config(
+            **{"linger.ms": 20, "compression.type": "lz4", "queue.buffering.max.kbytes": 1048576}
+        )
+    )
+    time.sleep(8)
+    period = 4.0  # 15 steps/min
+    n_steps = int(minutes * 60 / period)
+    samples: list[tuple[float, float, float]] = []  # (t, steps lag, kernels lag)
+    cpu0 = [_cpu_s(w.proc.pid) for w in workers if w.proc]
+    t_start = time.monotonic()
+    bytes_k = 0
+    pending = next(steps_iter)
+    for step in range(n_steps):
+        t_step = t_start + step * period
+        while pending[2].get("step") == step:
+            prod.produce(
+                f"{prefix}.raw.steps",
+                key=pending[1].encode(),
+                value=codec.encode("step_record", pending[2]),
+            )
+            pending = next(steps_iter)
+        for r, b in enumerate(base):
+            rec = dict(
+                b,
+                window_id=step,
+                window_start_ns=time.time_ns() - 3_000_000_000,
+                window_end_ns=time.time_ns(),
+            )
+            v = codec.encode("kernel_batch", rec)
+            bytes_k += len(v)
+            while True:
+                try:
+                    prod.produce(f"{prefix}.raw.kernels", key=f"{run.job}/{r}".encode(), value=v)
+                    break
+                except BufferError:
+                    prod.poll(0.05)
+            prod.poll(0)
+        if step % 3 == 0:
+            samples.append(
+                (
+                    time.monotonic() - t_start,
+                    metric(workers[0], "argus_consumer_lag", role="steps"),
+                    metric(workers[1], "argus_consumer_lag", role="compressor")
+                    + metric(workers[1], "argus_consumer_lag", role="l3"),
+                )
+            )
+            print(
+                f"  t={samples[-1][0]:6.0f} s step {step}: lag steps={samples[-1][1]:.0f} kernels={samples[-1][2]:.0f}",
+                flush=True,
+            )
+        if profile and step == n_steps // 2:
+            for w in workers:
+                subprocess.Popen(
+                    [
+                        str(Path(sys.executable).parent / "py-spy"),
+                        "record",
+                        "-p",
+                        str(w.proc.pid),
+                        "-d",
+                        "20",
+                        "-r",
+                        "20",
+                        "-f",
+                        "raw",
+                        "--nonblocking",
+                        "-o",
+                        str(tmp / f"{'-'.join(w.roles)}.prof"),
+                    ]
+                )
+        while (left := t_step + period - time.monotonic()) > 0:
+            prod.poll(min(left, 0.1))
+    prod.flush(60)
+    wall = time.monotonic() - t_start
+    cpu = [_cpu_s(w.proc.pid) - c for w, c in zip(workers, cpu0, strict=True) if w.proc]
+    time.sleep(10)
+    final = (
+        metric(workers[0], "argus_consumer_lag", role="steps"),
+        metric(workers[1], "argus_consumer_lag", role="compressor")
+        + metric(workers[1], "argus_consumer_lag", role="l3"),
+    )
+    for w in workers:
+        w.stop()
+    delete_topics(s, list(topics))
+    n_ev = n_steps * lay.world * events
+    print(
+        f"load: {lay.world} ranks ({lay}), {n_steps} steps at 15/min, {events} kernel events/rank-step, "
+        f"{wall:.0f} s; kernel batches {bytes_k / wall / 1e6:.1f} MB/s"
+    )
+    print(f"  kernel events/s offered: {n_ev / wall:,.0f}")
+    for w, c in zip(workers, cpu, strict=True):
+        print(f"  worker {' '.join(w.roles)}: CPU {c:.0f} s = {100 * c / wall:.0f}% of a core")
+    half = len(samples) // 2
+    first = np.mean([x[1] + x[2] for x in samples[:half]]) if half else float("nan")
+    last = np.mean([x[1] + x[2] for x in samples[half:]]) if samples else float("nan")
+    print(
+        f"  consumer lag (messages), mean first half {first:.0f}, second half {last:.0f}, "
+        f"10 s after the end: steps {final[0]:.0f}, kernels {final[1]:.0f}"
+    )
+    if profile:
+        print(f"  profiles: {tmp}/*.prof (py-spy raw)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -118,8 +263,15 @@ def main() -> None:
     ap.add_argument("--ranks", type=int, default=64)
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--rate", type=float, default=1.0, help="steps/s")
+    ap.add_argument("--load", action="store_true", help="the sustained-load benchmark")
+    ap.add_argument("--minutes", type=float, default=5.0)
+    ap.add_argument("--events", type=int, default=3000, help="kernel events per rank-step (--load)")
+    ap.add_argument("--profile", action="store_true", help="py-spy the workers half-way (--load)")
     args = ap.parse_args()
-    latency(args.ranks, args.steps, args.rate)
+    if args.load:
+        load(args.ranks, args.minutes, args.events, args.profile)
+    else:
+        latency(args.ranks, args.steps, args.rate)
 
 
 if __name__ == "__main__":
