@@ -289,6 +289,10 @@ class ReplayResult:
     read: dict[str, int] = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)
     """Undecodable records of the job, skipped (``topic[partition]@offset: reason``)."""
+    stream_anomalies: list[dict[str, Any]] = field(default_factory=list)
+    """What the live workers emitted for these records (their window agents run offline by
+    :func:`argus.streams.offline.replay_stream`): the same anomaly ids as the live
+    ``argus.anomalies``, for windows that do not need history from before the range."""
 
     def to_json(self) -> dict[str, Any]:
         doc = self.result.to_json()
@@ -299,6 +303,7 @@ class ReplayResult:
             "read": self.read,
             "skipped": self.skipped,
         }
+        doc["stream_anomalies"] = self.stream_anomalies
         return doc
 
 
@@ -367,10 +372,20 @@ def replay(
         window_steps=window_steps,
         job=job,
     )
+    from argus.streams.offline import replay_stream
+    from argus.streams.pipeline_config import PipelineConfig
+
+    live = replay_stream(
+        steps,
+        kernel_batches=batches,
+        kernel_summaries=summaries,
+        detectors=config,
+        pcfg=PipelineConfig.from_mapping(settings.section("streams")),
+    )
     read = {"step_records": len(steps), "kernel_batches": len(batches)}
     read["kernel_summaries"] = len(summaries)
     read["undecodable"] = len(errors)
-    return ReplayResult(job, tr, res, source, read, errors)
+    return ReplayResult(job, tr, res, source, read, errors, live.anomalies)
 
 
 def publish_findings(settings: Any, result: DiagnoseResult, topic: str) -> int:

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from argus.config import Settings
+from argus.replay import TimeRange, replay
 from argus.sim.simulate import SimRun, publish, simulate
 from argus.streams.local_run import Watcher
 
@@ -56,3 +57,8 @@ def test_every_scenario_through_the_pipeline(
     assert _triggers(watch, runs["healthy"].job) == [], "alert on a healthy job"
     assert watch.get("dlq") == []
     assert watch.get("summary.kernels"), "compressor produced no summaries"
+    # replaying the recorded job reproduces exactly what the live workers found
+    job = runs["compute-straggler"].job
+    live = {a["id"] for a in watch.get("anomalies") if a["job"] == job}
+    res = replay(kafka, job, TimeRange(0, 2**62), prefix=topic_prefix)
+    assert live and {a["id"] for a in res.stream_anomalies} == live

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import faust
@@ -34,12 +35,12 @@ from argus.streams import metrics, windows
 from argus.streams.agents.common import emit_findings
 from argus.streams.app import Ctx, add_lag_gauge, route_batches, window_agent
 
-__all__ = ["missing_finding", "register_l1", "register_l2"]
+__all__ = ["missing_finding", "register_l1", "register_l2", "route_step"]
 
 _HISTORY = 512  # steps of iteration time kept per job for L1
 
 
-def _world(coords: dict[str, Any]) -> int:
+def _world(coords: Mapping[str, Any]) -> int:
     return math.prod(int(coords.get(f"{d}_size", 1)) for d in DIMS)
 
 
@@ -189,6 +190,27 @@ class _Steps:
         return out
 
 
+def route_step(rec: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """The router's re-keyed item of one step record: ``[(job, slim record)]``."""
+    return [
+        (
+            rec["job"],
+            {
+                "r": rec["rank"],
+                "s": rec["step"],
+                "a": rec["start_ns"],
+                "b": rec["end_ns"],
+                "w": _world(rec["coords"]),
+                "c": rec["coords"],
+                "ph": [
+                    [p["name"], p.get("stream_kind", "compute"), p["duration_ns"]]
+                    for p in rec["phases"]
+                ],
+            },
+        )
+    ]
+
+
 def _register(ctx: Ctx, level: str) -> None:
     impl = ctx.shared.get("steps")
     if impl is None:
@@ -200,23 +222,7 @@ def _register(ctx: Ctx, level: str) -> None:
             rec = ctx.codec.decode_as("step_record", event.message.value)
             validate_step_record(rec)
             _collector_metrics(rec["job"], rec)
-            return [
-                (
-                    rec["job"],
-                    {
-                        "r": rec["rank"],
-                        "s": rec["step"],
-                        "a": rec["start_ns"],
-                        "b": rec["end_ns"],
-                        "w": _world(rec["coords"]),
-                        "c": rec["coords"],
-                        "ph": [
-                            [p["name"], p.get("stream_kind", "compute"), p["duration_ns"]]
-                            for p in rec["phases"]
-                        ],
-                    },
-                )
-            ]
+            return route_step(rec)
 
         route_batches(ctx, src, jobs, name="steps-router", role="steps", route=route)
         window_agent(ctx, jobs, name="steps-windows", role="steps", impl=impl)
