@@ -256,8 +256,13 @@ def run_demo(
         for w in workers:
             w.stop()
         watch.close()
-        if not keep_topics:
-            delete_topics(settings, list(topics))
+        if not keep_topics:  # the contract's topics, the re-key topics and faust's changelogs
+            from confluent_kafka.admin import AdminClient
+
+            names = AdminClient(settings.kafka_config()).list_topics(timeout=10).topics
+            delete_topics(
+                settings, [t for t in names if t.startswith((f"{prefix}.", f"{prefix}-"))]
+            )
     if errors:
         raise errors[0]
     found = culprit_found(watch)

@@ -11,14 +11,23 @@ from argus.cli import settings_from
 
 @click.command()
 @click.option(
+    "--source",
+    type=click.Choice(["training", "simulator"]),
+    default="training",
+    show_default=True,
+    help="a real 4-process CPU DDP job with collectors, or the fault simulator",
+)
+@click.option(
     "--scenario",
     default="compute-straggler",
     show_default=True,
     help="fault to inject (argus simulate --list)",
 )
-@click.option("--ranks", default=64, show_default=True, help="simulated GPUs (multiple of 16)")
+@click.option(
+    "--ranks", default=64, show_default=True, help="simulated GPUs, multiple of 16 (simulator)"
+)
 @click.option("--steps", default=120, show_default=True)
-@click.option("--rate", default=4.0, show_default=True, help="steps per second")
+@click.option("--rate", default=4.0, show_default=True, help="steps per second (simulator)")
 @click.option(
     "--out",
     "out",
@@ -30,6 +39,7 @@ from argus.cli import settings_from
 @click.pass_context
 def demo(
     ctx: click.Context,
+    source: str,
     scenario: str,
     ranks: int,
     steps: int,
@@ -48,6 +58,7 @@ def demo(
 
     res = run_demo(
         settings_from(ctx),
+        source=source,
         scenario=scenario,
         ranks=ranks,
         steps=steps,

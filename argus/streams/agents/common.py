@@ -1,34 +1,17 @@
-"""Helpers shared by the agents: group membership, finding emission, bounded id sets."""
+"""Helpers shared by the agents: finding emission and bounded id sets."""
 
 from __future__ import annotations
 
-import itertools
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from argus.detectors.findings import Finding, anomaly_key, to_anomaly
-from argus.detectors.routing import DIMS, rank_of
 from argus.streams import metrics
 
-__all__ = ["emit_findings", "group_members", "remember"]
+__all__ = ["emit_findings", "remember"]
 
 _MAX_IDS = 512
-
-
-def group_members(coords: Mapping[str, Any], varies: Sequence[str]) -> list[int]:
-    """Global ranks of the group varying ``varies`` that holds the rank at ``coords``."""
-    ranges = [
-        range(int(coords.get(f"{d}_size", 1))) if d in varies else [int(coords.get(f"{d}_rank", 0))]
-        for d in DIMS
-    ]
-    out = []
-    for combo in itertools.product(*ranges):
-        c = dict(coords)
-        for d, v in zip(DIMS, combo, strict=True):
-            c[f"{d}_rank"] = v
-        out.append(rank_of(c))
-    return sorted(out)
 
 
 def remember(ids: list[str], new: str) -> bool:
