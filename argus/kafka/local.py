@@ -198,8 +198,7 @@ class LocalBroker:
                     cp,
                     "kafka.tools.StorageTool",
                     "format",
-                    "-t",
-                    cluster_id,
+                    f"--cluster-id={cluster_id}",
                     "-c",
                     str(self.props),
                 ],
@@ -286,9 +285,14 @@ def _zombie(pid: int) -> bool:
 
 
 def _cluster_id() -> str:
+    """A KRaft cluster id (Kafka's format: URL-safe base64 of 16 random bytes, no padding);
+    never starting with '-', which command-line parsers take for an option."""
     import base64
 
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cid.startswith("-"):
+            return cid
 
 
 def _tail(path: Path, n: int = 20) -> str:
