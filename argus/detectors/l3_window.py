@@ -16,10 +16,12 @@ doing the same work, i.e. DP replicas at the same PP stage / TP rank / CP rank) 
 
 from __future__ import annotations
 
+import itertools
 import json
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -28,7 +30,7 @@ from argus.detectors.findings import Finding
 from argus.detectors.l3 import compare_groups, score_ranks
 from argus.detectors.routing import Routing
 
-__all__ = ["RankKernels", "detect_window", "merge_summaries"]
+__all__ = ["KernelTable", "RankKernels", "detect_window", "merge_summaries", "table_from_summaries"]
 
 KernelKey = tuple[str, int]  # (kernel name, stream id)
 
@@ -72,9 +74,208 @@ def merge_summaries(parts: Sequence[Any]) -> Any:
     )
 
 
+@dataclass(frozen=True, eq=False)
+class KernelTable:
+    """Kernel clusters of many ranks in one window, as flat columns (the L3 input).
+
+    Building one Summary object per (rank, kernel) costs more than the detector itself at
+    thousands of ranks; the stream agent builds this table straight from the wire columns
+    (:func:`table_from_summaries`).
+
+    Attributes
+    ----------
+    ranks : (R,) int64
+        Ranks, increasing.
+    coords : list of R mappings
+        Each rank's ``Coords`` record.
+    stream_kinds : list of R mappings stream id -> kind
+    keys : list of K (kernel name, stream id)
+        Sorted.
+    c_rank : (C,) int64
+        Index into ``ranks`` of each cluster.
+    c_key : (C,) int64
+        Index into ``keys`` of each cluster.
+    counts : (C,) float64
+        Events per cluster.
+    log_q : (C, L) float64
+        ln of the cluster quantiles at ``levels``, ln(ns), non-decreasing per row.
+    levels : (L,) float64
+    """
+
+    ranks: np.ndarray
+    coords: list[Mapping[str, Any]]
+    stream_kinds: list[Mapping[int, str]]
+    keys: list[KernelKey]
+    c_rank: np.ndarray
+    c_key: np.ndarray
+    counts: np.ndarray
+    log_q: np.ndarray
+    levels: np.ndarray
+
+    @classmethod
+    def from_ranks(cls, ranks: Sequence[RankKernels]) -> KernelTable:
+        """The table of per-rank Summary objects (offline diagnosis, tests)."""
+        by_rank = sorted(ranks, key=lambda x: x.rank)
+        keys: dict[KernelKey, int] = {}
+        blocks = [
+            _Block(
+                i,
+                np.full(s.counts.size, keys.setdefault(key, len(keys)), np.int64),
+                s.counts,
+                s.quantiles_ns,
+                s.quantile_levels,
+            )
+            for i, rk in enumerate(by_rank)
+            for key, s in rk.summaries.items()
+        ]
+        return _assemble(
+            [rk.rank for rk in by_rank],
+            [rk.coords for rk in by_rank],
+            [rk.stream_kinds for rk in by_rank],
+            list(keys),
+            blocks,
+        )
+
+    def merged_streams(self) -> KernelTable:
+        """The same clusters keyed by ``(kernel name, -1)``: all streams of a name together."""
+        names = sorted({k[0] for k in self.keys})
+        index = {n: i for i, n in enumerate(names)}
+        remap = np.array([index[k[0]] for k in self.keys], dtype=np.int64)
+        return replace(
+            self,
+            keys=[(n, -1) for n in names],
+            c_key=remap[self.c_key] if self.c_key.size else self.c_key,
+        )
+
+
+def _union_log_q(
+    parts: Sequence[tuple[np.ndarray, np.ndarray]],
+) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Put clusters with different quantile levels on the union of the levels, exactly.
+
+    Each component's ln-quantile is piecewise linear in the normal score with linear ends,
+    so evaluating it at extra levels adds knots on its own lines: the function is unchanged.
+    """
+    from scipy.special import ndtri
+
+    from argus.streams.lognormal import _logq_rows
+
+    lv = np.unique(np.concatenate([levels for levels, _ in parts]))
+    out = []
+    zz = ndtri(lv)
+    for levels, log_q in parts:
+        if levels.size == lv.size and np.array_equal(levels, lv):
+            out.append(log_q)
+        else:
+            out.append(_logq_rows(ndtri(levels), log_q, np.tile(zz, (log_q.shape[0], 1))))
+    return lv, out
+
+
+class _Block(NamedTuple):
+    """Clusters of one rank from one source: key index (k,), counts (k,), quantiles (k, L) ns."""
+
+    rank: int
+    key: np.ndarray
+    counts: np.ndarray
+    quantiles_ns: np.ndarray
+    levels: np.ndarray
+
+
+def _assemble(
+    ranks: Sequence[int],
+    coords: Sequence[Mapping[str, Any]],
+    kinds: Sequence[Mapping[int, str]],
+    keys: Sequence[KernelKey],
+    blocks: Sequence[_Block],
+) -> KernelTable:
+    """A KernelTable from blocks of clusters (keys in any order; the table's are sorted)."""
+    from argus.streams.lognormal import log_quantiles
+
+    order = sorted(range(len(keys)), key=lambda i: keys[i])
+    remap = np.empty(len(keys), dtype=np.int64)
+    remap[order] = np.arange(len(keys))
+    sizes = np.array([b.counts.size for b in blocks], dtype=np.int64)
+    level_sets: dict[bytes, list[int]] = {}
+    for j, blk in enumerate(blocks):
+        level_sets.setdefault(np.asarray(blk.levels, np.float64).tobytes(), []).append(j)
+    if len(level_sets) <= 1:
+        levels = np.asarray(blocks[0].levels, np.float64) if blocks else np.array([0.5, 0.99])
+        q = [np.asarray(b.quantiles_ns, np.float64).reshape(-1, levels.size) for b in blocks]
+        log_q = log_quantiles(np.concatenate(q) if q else np.zeros((0, levels.size)))
+    else:
+        sets = list(level_sets.values())
+        levels, lqs = _union_log_q(
+            [
+                (
+                    np.asarray(blocks[g[0]].levels, np.float64),
+                    log_quantiles(np.concatenate([blocks[j].quantiles_ns for j in g])),
+                )
+                for g in sets
+            ]
+        )
+        # clusters are grouped by level set in ``lqs``; put them back in block order
+        src = np.concatenate([np.repeat(j, sizes[j]) for g in sets for j in g])
+        log_q = np.concatenate(lqs)[np.argsort(src, kind="stable")]
+    cat = np.concatenate
+    return KernelTable(
+        ranks=np.asarray(ranks, dtype=np.int64),
+        coords=list(coords),
+        stream_kinds=list(kinds),
+        keys=[keys[i] for i in order],
+        c_rank=np.repeat(np.array([b.rank for b in blocks], np.int64), sizes),
+        c_key=remap[cat([b.key for b in blocks])] if blocks else np.zeros(0, np.int64),
+        counts=cat([b.counts for b in blocks]).astype(np.float64) if blocks else np.zeros(0),
+        log_q=log_q,
+        levels=levels,
+    )
+
+
+def table_from_summaries(records: Sequence[Mapping[str, Any]], names: Any) -> KernelTable:
+    """A KernelTable from decoded ``kernel_summary`` records (several windows per rank merge).
+
+    Parameters
+    ----------
+    records : sequence of kernel_summary records
+    names : argus.streams.summary_record.KernelNames
+        The consumer's name book (fed with these records first).
+
+    Raises
+    ------
+    argus.streams.summary_record.BatchError
+        A record whose columns disagree.
+
+    Notes
+    -----
+    Columnar: per record a few numpy calls, no Python loop over its (kernel, stream) groups.
+    """
+    from argus.streams.summary_record import _summary_columns
+
+    rank_ids = sorted({int(r["rank"]) for r in records})
+    ri = {r: i for i, r in enumerate(rank_ids)}
+    coords: list[Mapping[str, Any]] = [{} for _ in rank_ids]
+    kinds: list[dict[int, str]] = [{} for _ in rank_ids]
+    cols = []
+    for rec in records:
+        i = ri[int(rec["rank"])]
+        coords[i] = rec.get("coords") or coords[i]
+        for st in rec.get("streams") or []:
+            kinds[i][int(st["id"])] = str(st["kind"])
+        gk, gs, gc, cc, q, levels = _summary_columns(rec)
+        code = (gk.astype(np.uint64) << np.uint64(32)) | gs.astype(np.uint64)
+        cols.append((i, code, gc, cc, q, levels))
+    codes = np.concatenate([c[1] for c in cols]) if cols else np.zeros(0, np.uint64)
+    uniq, inverse = np.unique(codes, return_inverse=True)
+    keys = [(names.name(int(c >> np.uint64(32))), int(c & np.uint64(0xFFFFFFFF))) for c in uniq]
+    blocks, at = [], 0
+    for i, code, gc, cc, q, levels in cols:
+        blocks.append(_Block(i, np.repeat(inverse[at : at + code.size], gc), cc, q, levels))
+        at += code.size
+    return _assemble(rank_ids, coords, kinds, keys, blocks)
+
+
 def detect_window(
     job: str,
-    ranks: Sequence[RankKernels],
+    ranks: Sequence[RankKernels] | KernelTable,
     *,
     window: tuple[int, int, int, int],
     cfg: L3Config | None = None,
@@ -87,7 +288,7 @@ def detect_window(
     Parameters
     ----------
     job : str
-    ranks : sequence of RankKernels
+    ranks : sequence of RankKernels, or a KernelTable
     window : (start_step, end_step, start_ns, end_ns)
     cfg : L3Config
     routing : Routing
@@ -101,136 +302,160 @@ def detect_window(
     list of Finding
         ``kernel_divergence`` (ranks named; score = the worst named rank's W1, ns) and
         ``group_divergence`` (``ranks`` empty, the group in ``group_kind``/``group_id``;
-        evidence ``members`` lists its ranks).
+        evidence ``members`` lists its ranks). Ordered by scope group, then (kernel, stream).
     """
-    from argus.streams.lognormal import default_probs, quantile_matrix
+    from argus.streams.lognormal import default_probs, mixture_quantile_rows
 
     cfg = cfg or L3Config()
     routing = routing or Routing.default()
+    t = ranks if isinstance(ranks, KernelTable) else KernelTable.from_ranks(ranks)
+    if not cfg.match_stream:
+        t = t.merged_streams()
     probs = default_probs(cfg.n_probs)
     ws, we, wsn, wen = window
-    scopes: dict[str, list[RankKernels]] = {}
-    for rk in ranks:
-        scopes.setdefault(routing.group_for_kind(rk.coords, scope_kind), []).append(rk)
+    n_r = t.ranks.size
+    sids = [routing.group_for_kind(c, scope_kind) for c in t.coords]
+    scope_names = sorted(set(sids))
+    scope_of = np.array([scope_names.index(s) for s in sids], dtype=np.int64)
+    parts = {k: [routing.group_for_kind(c, k) for c in t.coords] for k in partition_kinds}
+    # clusters sorted by (key, rank): one run of clusters per (key, rank) pair
+    order = np.lexsort((t.c_rank, t.c_key))
+    c_key, c_rank, counts = t.c_key[order], t.c_rank[order], t.counts[order]
+    log_q = t.log_q[order]
+    pair = c_key * max(n_r, 1) + c_rank
+    starts = np.flatnonzero(np.r_[True, pair[1:] != pair[:-1]]) if pair.size else pair
+    lens = np.diff(np.r_[starts, pair.size])
+    p_key, p_rank = c_key[starts], c_rank[starts]
+    p_n = np.add.reduceat(counts, starts) if starts.size else counts
+    keep = p_n >= cfg.min_events  # too few events for a distribution: not judged
+    p_key, p_rank, p_start, p_len = p_key[keep], p_rank[keep], starts[keep], lens[keep]
+    p_scope = scope_of[p_rank]
+    o = np.lexsort((p_rank, p_key, p_scope))
+    p_key, p_rank, p_start, p_len, p_scope = (
+        a[o] for a in (p_key, p_rank, p_start, p_len, p_scope)
+    )
+    cell = p_scope * max(len(t.keys), 1) + p_key
+    cuts = np.flatnonzero(np.r_[True, cell[1:] != cell[:-1], True]) if cell.size else [0]
     out: list[Finding] = []
-    for sid in sorted(scopes):
-        members = sorted(scopes[sid], key=lambda x: x.rank)
-        keys: dict[KernelKey, list[int]] = {}
-        for i, rk in enumerate(members):
-            for key in rk.summaries:
-                k = key if cfg.match_stream else (key[0], -1)
-                keys.setdefault(k, []).append(i)
-        for k in list(keys):  # too few events for a distribution: not judged
-            keys[k] = [
-                i
-                for i in dict.fromkeys(keys[k])
-                if _lookup(members[i], k, cfg.match_stream).n >= cfg.min_events
-            ]
-        for key in sorted(keys):
-            rows = keys[key]
-            if len(rows) < 2:
+    for a, b in itertools.pairwise(int(x) for x in cuts):
+        if b - a < 2:
+            continue
+        key = t.keys[int(p_key[a])]
+        sid = scope_names[int(p_scope[a])]
+        rows = p_rank[a:b]
+        kinds = {t.stream_kinds[i].get(key[1]) for i in rows[:8].tolist()}
+        if kinds & set(cfg.skip_stream_kinds):
+            continue
+        idx = _ranges(p_start[a:b], p_len[a:b])
+        q = mixture_quantile_rows(
+            np.repeat(np.arange(b - a), p_len[a:b]),
+            counts[idx],
+            log_q[idx],
+            t.levels,
+            probs,
+            int(b - a),
+        )
+        rank_ids = t.ranks[rows]
+        stream = None if key[1] < 0 else int(key[1])
+        comm = _is_comm(key, [t.stream_kinds[i] for i in rows[:8].tolist()])
+        kcfg = replace(cfg, min_rel_w1=cfg.min_rel_w1_comm) if comm else cfg
+        res = score_ranks(q, kcfg)
+        if res.flagged.any():
+            named = np.flatnonzero(res.flagged)
+            worst = named[np.nanargmax(res.scores[named])]
+            out.append(
+                Finding(
+                    job=job,
+                    level="L3",
+                    kind="kernel_divergence",
+                    group_kind=scope_kind,
+                    group_id=sid,
+                    ranks=tuple(int(r) for r in rank_ids[named]),
+                    kernel=key[0],
+                    stream=stream,
+                    window_start_step=ws,
+                    window_end_step=we,
+                    window_start_ns=wsn,
+                    window_end_ns=wen,
+                    score=float(res.scores[worst]),
+                    threshold=res.threshold,
+                    baseline=res.scale / 1e3,
+                    observed=float(np.nanmean(q[worst])) / 1e3,
+                    unit="us",
+                    evidence={
+                        "w1_ns": json.dumps(
+                            {
+                                str(int(rank_ids[i])): round(float(res.scores[i]), 1)
+                                for i in named[:64]
+                            }
+                        ),
+                        "fence_ns": f"{res.fence:.1f}",
+                        "median_w1_ns": f"{res.median_score:.1f}",
+                        "n_ranks": str(res.n_valid),
+                        "collective": str(comm).lower(),
+                    },
+                )
+            )
+        for part in partition_kinds:
+            labels = [parts[part][i] for i in rows.tolist()]
+            sizes = Counter(labels)
+            # groups of one rank have no inside spread to compare with (e.g. ep groups of a
+            # job without expert parallelism): that comparison is the per-rank one above
+            if sum(n >= 2 for n in sizes.values()) < cfg.min_groups:
                 continue
-            kinds = {members[i].stream_kinds.get(key[1]) for i in rows[:8]}
-            if kinds & set(cfg.skip_stream_kinds):
-                continue
-            sums = [_lookup(members[i], key, cfg.match_stream) for i in rows]
-            q = quantile_matrix(sums, probs)
-            rank_ids = np.array([members[i].rank for i in rows], dtype=np.int64)
-            stream = None if key[1] < 0 else int(key[1])
-            comm = _is_comm(key, [members[i] for i in rows])
-            kcfg = replace(cfg, min_rel_w1=cfg.min_rel_w1_comm) if comm else cfg
-            res = score_ranks(q, kcfg)
-            if res.flagged.any():
-                named = np.flatnonzero(res.flagged)
-                worst = named[np.nanargmax(res.scores[named])]
+            cmp = compare_groups(q, labels, kcfg)
+            lab = np.asarray(labels, dtype=object)
+            for gi in np.flatnonzero(cmp.flagged):
+                gid = str(cmp.labels[gi])
+                intra = float(np.nanmedian(cmp.within)) if np.isfinite(cmp.within).any() else 0.0
                 out.append(
                     Finding(
                         job=job,
                         level="L3",
-                        kind="kernel_divergence",
-                        group_kind=scope_kind,
-                        group_id=sid,
-                        ranks=tuple(int(r) for r in rank_ids[named]),
+                        kind="group_divergence",
+                        group_kind=part,
+                        group_id=gid,
+                        ranks=(),
                         kernel=key[0],
                         stream=stream,
                         window_start_step=ws,
                         window_end_step=we,
                         window_start_ns=wsn,
                         window_end_ns=wen,
-                        score=float(res.scores[worst]),
-                        threshold=res.threshold,
-                        baseline=res.scale / 1e3,
-                        observed=float(np.nanmean(q[worst])) / 1e3,
+                        score=float(cmp.scores[gi]),
+                        threshold=cmp.threshold,
+                        baseline=float(cmp.reference.mean()) / 1e3,
+                        observed=float(cmp.references[gi].mean()) / 1e3,
                         unit="us",
                         evidence={
-                            "w1_ns": json.dumps(
-                                {
-                                    str(int(rank_ids[i])): round(float(res.scores[i]), 1)
-                                    for i in named[:64]
-                                }
-                            ),
-                            "fence_ns": f"{res.fence:.1f}",
-                            "median_w1_ns": f"{res.median_score:.1f}",
-                            "n_ranks": str(res.n_valid),
+                            "members": json.dumps([int(r) for r in rank_ids[lab == gid]]),
+                            "scope": f"{scope_kind}/{sid}",
                             "collective": str(comm).lower(),
+                            "n_groups": str(len(cmp.labels)),
+                            "intra_w1_ns": f"{intra:.1f}",
+                            "inter_w1_ns": f"{float(cmp.scores[gi]):.1f}",
+                            "block_ratio": f"{float(cmp.scores[gi]) / intra:.1f}"
+                            if intra > 0
+                            else "inf",
                         },
                     )
                 )
-            for part in partition_kinds:
-                labels = [routing.group_for_kind(members[i].coords, part) for i in rows]
-                if len(set(labels)) < cfg.min_groups:
-                    continue
-                cmp = compare_groups(q, labels, kcfg)
-                lab = np.asarray(labels, dtype=object)
-                for gi in np.flatnonzero(cmp.flagged):
-                    gid = str(cmp.labels[gi])
-                    intra = (
-                        float(np.nanmedian(cmp.within)) if np.isfinite(cmp.within).any() else 0.0
-                    )
-                    out.append(
-                        Finding(
-                            job=job,
-                            level="L3",
-                            kind="group_divergence",
-                            group_kind=part,
-                            group_id=gid,
-                            ranks=(),
-                            kernel=key[0],
-                            stream=stream,
-                            window_start_step=ws,
-                            window_end_step=we,
-                            window_start_ns=wsn,
-                            window_end_ns=wen,
-                            score=float(cmp.scores[gi]),
-                            threshold=cmp.threshold,
-                            baseline=float(cmp.reference.mean()) / 1e3,
-                            observed=float(cmp.references[gi].mean()) / 1e3,
-                            unit="us",
-                            evidence={
-                                "members": json.dumps([int(r) for r in rank_ids[lab == gid]]),
-                                "scope": f"{scope_kind}/{sid}",
-                                "collective": str(comm).lower(),
-                                "n_groups": str(len(cmp.labels)),
-                                "intra_w1_ns": f"{intra:.1f}",
-                                "inter_w1_ns": f"{float(cmp.scores[gi]):.1f}",
-                                "block_ratio": f"{float(cmp.scores[gi]) / intra:.1f}"
-                                if intra > 0
-                                else "inf",
-                            },
-                        )
-                    )
     return out
 
 
-def _is_comm(key: KernelKey, ranks: Sequence[RankKernels]) -> bool:
+def _is_comm(key: KernelKey, kinds: Sequence[Mapping[int, str]]) -> bool:
     """Collective kernel: its stream is comm/p2p on some rank, or its name says NCCL."""
-    if any(rk.stream_kinds.get(key[1]) in ("comm", "p2p") for rk in ranks[:8]):
+    if any(k.get(key[1]) in ("comm", "p2p") for k in kinds[:8]):
         return True
     return "nccl" in key[0].lower()
 
 
-def _lookup(rk: RankKernels, key: KernelKey, match_stream: bool) -> Any:
-    if match_stream:
-        return rk.summaries[key]
-    parts = [s for (name, _st), s in rk.summaries.items() if name == key[0]]
-    return merge_summaries(parts)
+def _ranges(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """Concatenated ``arange(s, s + n)`` for each (start, length): (sum(lens),) int64."""
+    total = int(lens.sum())
+    step = np.ones(total, dtype=np.int64)
+    ends = np.cumsum(lens)[:-1]
+    step[0] = starts[0] if total else 0
+    step[ends] = starts[1:] - (starts[:-1] + lens[:-1] - 1)
+    out: np.ndarray = np.cumsum(step)
+    return out

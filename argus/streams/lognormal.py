@@ -35,10 +35,12 @@ from argus.streams.kde import Summary
 __all__ = [
     "default_probs",
     "empirical_quantile_matrix",
+    "log_quantiles",
     "lognormal_params",
     "lognormal_w1",
     "mixture_cdf",
     "mixture_quantile",
+    "mixture_quantile_rows",
     "pairwise_w1",
     "quantile_matrix",
     "w1",
@@ -333,27 +335,67 @@ def quantile_matrix(summaries: Sequence[Summary], probs: npt.ArrayLike) -> np.nd
 
 
 def _quantile_rows(summaries: list[Summary], levels: np.ndarray, p: np.ndarray) -> np.ndarray:
-    z = ndtri(levels)
     counts = np.concatenate([s.counts for s in summaries]).astype(np.float64)
-    y = np.log(
-        np.maximum(np.concatenate([s.quantiles_ns for s in summaries]), np.finfo(np.float64).tiny)
-    )
-    y = np.maximum.accumulate(y, axis=1)
+    q = np.concatenate([s.quantiles_ns for s in summaries])
     k_per = np.array([s.counts.size for s in summaries])
-    rank_of = np.repeat(np.arange(len(summaries)), k_per)
-    totals = np.array([s.n for s in summaries], dtype=np.float64)
-    w = counts / totals[rank_of]
-    # cumulative start of each component inside its rank, offset by the rank index
+    row_of = np.repeat(np.arange(len(summaries)), k_per)
+    return mixture_quantile_rows(row_of, counts, log_quantiles(q), levels, p, len(summaries))
+
+
+def log_quantiles(quantiles_ns: np.ndarray) -> np.ndarray:
+    """(K, L) ln of cluster quantiles (ns), made non-decreasing along each row.
+
+    float32 wire rounding must not break a component's monotonicity; zeros are clamped to
+    the smallest positive float.
+    """
+    y = np.log(np.maximum(np.asarray(quantiles_ns, np.float64), np.finfo(np.float64).tiny))
+    out: np.ndarray = np.maximum.accumulate(y, axis=1)
+    return out
+
+
+def mixture_quantile_rows(
+    row_of: np.ndarray,
+    counts: np.ndarray,
+    log_q: np.ndarray,
+    levels: np.ndarray,
+    probs: np.ndarray,
+    n_rows: int,
+) -> np.ndarray:
+    """Quantile functions of many mixtures given as flat component columns (the columnar core).
+
+    Parameters
+    ----------
+    row_of : (K,) int, non-decreasing
+        Mixture (row) of each component; every row in ``0..n_rows-1`` must own >= 1 component.
+    counts : (K,) float
+        Events per component (the mixture weights, normalised per row).
+    log_q : (K, L) float
+        ln of each component's quantiles at ``levels`` (see :func:`log_quantiles`), ln(ns).
+    levels : (L,) float, increasing, in (0, 1)
+    probs : (M,) float, increasing, in (0, 1)
+    n_rows : int
+
+    Returns
+    -------
+    (n_rows, M) float64, ns
+    """
+    z = ndtri(np.asarray(levels, dtype=np.float64))
+    p = np.asarray(probs, dtype=np.float64)
+    counts = np.asarray(counts, dtype=np.float64)
+    k_per = np.bincount(row_of, minlength=n_rows)
+    totals = np.bincount(row_of, weights=counts, minlength=n_rows)
+    w = counts / totals[row_of]
+    # cumulative start of each component inside its row, offset by the row index
     cw = np.cumsum(w)
     first = np.cumsum(k_per) - k_per
-    start_in_rank = cw - w - np.repeat(cw[first] - w[first], k_per)
-    keys = rank_of + start_in_rank
-    q = (np.arange(len(summaries))[:, None] + p[None, :]).reshape(-1)
-    comp = np.searchsorted(keys, q, side="right") - 1
-    local = (q - keys[comp]) / w[comp]
+    start_in_row = cw - w - np.repeat(cw[first] - w[first], k_per)
+    keys = row_of + start_in_row
+    qq = (np.arange(n_rows)[:, None] + p[None, :]).reshape(-1)
+    comp = np.searchsorted(keys, qq, side="right") - 1
+    local = (qq - keys[comp]) / w[comp]
     local = np.clip(local, 1e-15, 1.0 - 1e-15)
-    vals = _logq_points(z, y[comp], ndtri(local))
-    vals = vals.reshape(len(summaries), p.size)
+    vals = _logq_points(z, log_q[comp], ndtri(local))
+    vals = vals.reshape(n_rows, p.size)
     vals.sort(axis=1)
     res: np.ndarray = np.exp(vals)
     return res

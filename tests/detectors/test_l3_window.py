@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 
 from argus.detectors.l3_window import RankKernels, detect_window, merge_summaries
@@ -75,3 +77,78 @@ def test_merge_summaries_adds_counts() -> None:
     a, b = _summ(rng, 1.0), _summ(rng, 1.0)
     m = merge_summaries([a, b])
     assert m.n == a.n + b.n and len(m) == len(a) + len(b)
+
+
+def _records(slow_rank: int, windows: int = 3) -> list[dict]:
+    """kernel_summary records of 16 ranks x ``windows`` windows, one rank's GEMMs 1.5x slower."""
+    from argus.streams import synth
+    from argus.streams.summary_record import summarize_batch
+
+    mix = synth.default_mix(0)
+    rng = np.random.default_rng(7)
+    out = []
+    for w in range(windows):
+        for r in range(LAY.world):
+            b = synth.kernel_batch(
+                rng,
+                mix,
+                job="j",
+                rank=r,
+                window_id=w,
+                n_events=3000,
+                coords=LAY.coords(r),
+                slowdown={"gemm": 1.5} if r == slow_rank else None,
+            )
+            out.append(summarize_batch(b))
+    return out
+
+
+def _as_rank_kernels(records: list[dict]) -> list[RankKernels]:
+    from collections import defaultdict
+
+    from argus.streams.summary_record import KernelNames, groups_from_summary
+
+    book = KernelNames()
+    book.update_many(records)
+    parts: dict[int, dict] = defaultdict(lambda: defaultdict(list))
+    coords, kinds = {}, defaultdict(dict)
+    for rec in records:
+        coords[rec["rank"]] = rec["coords"]
+        for s in rec["streams"]:
+            kinds[rec["rank"]][int(s["id"])] = s["kind"]
+        for (kid, st), s in groups_from_summary(rec).items():
+            parts[rec["rank"]][(book.name(kid), st)].append(s)
+    return [
+        RankKernels(r, coords[r], {k: merge_summaries(v) for k, v in d.items()}, kinds[r])
+        for r, d in sorted(parts.items())
+    ]
+
+
+def test_columnar_table_from_wire_records_gives_the_object_path_findings() -> None:
+    from argus.detectors.l3_window import table_from_summaries
+    from argus.streams.summary_record import KernelNames
+
+    recs = _records(slow_rank=5)
+    book = KernelNames()
+    book.update_many(recs)
+    fast = detect_window("j", table_from_summaries(recs, book), window=(0, 2, 0, 1))
+    slow = detect_window("j", _as_rank_kernels(recs), window=(0, 2, 0, 1))
+    assert fast == slow
+    named = Counter(r for f in fast if f.kind == "kernel_divergence" for r in f.ranks)
+    assert named.most_common(1)[0][0] == 5
+
+
+def test_table_merges_clusters_with_different_quantile_levels_exactly() -> None:
+    from argus.detectors.l3_window import KernelTable
+    from argus.streams.kde import Summary
+    from argus.streams.lognormal import default_probs, mixture_quantile_rows, quantile_matrix
+
+    a = Summary([0.5, 0.99], [30, 10], [[1e6, 1.2e6], [3e6, 3.3e6]])
+    b = Summary([0.1, 0.5, 0.9, 0.99], [25], [[0.9e6, 1e6, 1.1e6, 1.3e6]])
+    t = KernelTable.from_ranks(
+        [RankKernels(0, {}, {("k", 0): a}), RankKernels(1, {}, {("k", 0): b})]
+    )
+    assert t.levels.tolist() == [0.1, 0.5, 0.9, 0.99]
+    p = default_probs(64)
+    got = mixture_quantile_rows(t.c_rank, t.counts, t.log_q, t.levels, p, 2)
+    np.testing.assert_allclose(got, quantile_matrix([a, b], p), rtol=1e-9)

@@ -22,13 +22,13 @@ from typing import Any
 
 import faust
 
-from argus.detectors.l3_window import RankKernels, detect_window, merge_summaries
+from argus.detectors.l3_window import detect_window, table_from_summaries
 from argus.detectors.routing import Routing
 from argus.streams import metrics, windows
 from argus.streams.agents.common import emit_findings
 from argus.streams.app import Ctx, add_lag_gauge, guarded, route_batches, window_agent
 from argus.streams.fidelity import check_batches
-from argus.streams.summary_record import KernelNames, groups_from_summary, summarize_batch
+from argus.streams.summary_record import KernelNames, _summary_columns, summarize_batch
 
 __all__ = ["register_compressor", "register_l3"]
 
@@ -154,28 +154,6 @@ class _L3:
             if c.step % self.block == self.block - 1:  # the block's last window
                 await self.run_block(gk, st)
 
-    def _rank_kernels(self, records: list[dict[str, Any]]) -> list[RankKernels]:
-        for rec in records:
-            self.names.update(rec)
-        per_rank: dict[int, dict[str, Any]] = {}
-        for rec in records:
-            r = per_rank.setdefault(
-                rec["rank"], {"coords": rec["coords"], "parts": defaultdict(list), "sk": {}}
-            )
-            for (kid, st), summ in groups_from_summary(rec).items():
-                r["parts"][(self.names.name(kid), st)].append(summ)
-            for s in rec.get("streams") or []:
-                r["sk"][int(s["id"])] = s["kind"]
-        return [
-            RankKernels(
-                rank=rk,
-                coords=v["coords"],
-                summaries={k: merge_summaries(p) for k, p in v["parts"].items()},
-                stream_kinds=v["sk"],
-            )
-            for rk, v in sorted(per_rank.items())
-        ]
-
     async def run_block(self, gk: str, st: dict[str, Any]) -> None:
         job = gk.split("/", 1)[0]
         todo, st["block"] = st["block"], []
@@ -196,8 +174,13 @@ class _L3:
             max(int(r["window_end_ns"]) for r in records),
         )
         t0 = time.perf_counter()
+        self.names.update_many(records)
         found = detect_window(
-            job, self._rank_kernels(records), window=window, cfg=self.cfg, routing=self.routing
+            job,
+            table_from_summaries(records, self.names),
+            window=window,
+            cfg=self.cfg,
+            routing=self.routing,
         )
         metrics.DETECT_S.labels("L3").observe(time.perf_counter() - t0)
         await emit_findings(self.ctx, found, st["emitted"], "l3")
@@ -214,7 +197,7 @@ def register_l3(ctx: Ctx) -> None:
 
     async def route(event: faust.EventT) -> list[tuple[str, Any]]:
         rec = ctx.codec.decode_as("kernel_summary", event.message.value)
-        groups_from_summary(rec)  # validates the columns
+        _summary_columns(rec)  # validates the columns (cheap: no per-group objects)
         sid = routing.group_for_kind(rec["coords"], "dp")
         return [
             (
