@@ -30,7 +30,7 @@ from typing import Any, Protocol
 import faust
 
 from argus.config import Settings
-from argus.schemas import Codec, DecodeError
+from argus.schemas import Codec
 from argus.streams import metrics
 from argus.streams.pipeline_config import PipelineConfig
 from argus.topics import topic_name
@@ -125,14 +125,21 @@ class Ctx:
     ) -> None:
         """Send the event's original bytes and the reason to ``argus.dlq``."""
         msg = event.message
-        why = reason or (exc.reason if isinstance(exc, DecodeError) else type(exc).__name__)
-        reason = f"{why}: {exc}"[:4000]
+        code = getattr(exc, "reason", None)  # DecodeError, BatchError, validate.InputError
+        why = reason or (code if isinstance(code, str) else type(exc).__name__)
+        text = str(exc)
+        reason = (text if text.startswith(f"{why}:") else f"{why}: {text}")[:3800]
+        value = msg.value if isinstance(msg.value, bytes) else b""
+        cap = self.pcfg.dlq_max_value_bytes
+        if len(value) > cap:  # the producer's request limit; the source offset has it all
+            reason += f" [value cut to its first {cap} of {len(value)} bytes]"
+            value = value[:cap]
         rec: dict[str, Any] = {
             "source_topic": msg.topic,
             "partition": int(msg.partition),
             "offset": int(msg.offset),
             "key": msg.key if isinstance(msg.key, bytes) else None,
-            "value": msg.value if isinstance(msg.value, bytes) else b"",
+            "value": value,
             "error_type": type(exc).__name__,
             "reason": reason,
             "worker": self.worker,
@@ -288,15 +295,16 @@ def route_batches(
             metrics.RECORDS_IN.labels(role, suffix).inc()
             try:
                 routed = await route(event)
-            except Exception as exc:
+                out: dict[str, list[Any]] = {}
+                for key, item in routed or ():
+                    out.setdefault(key, []).append(item)
+                sent = time.time()
+                for key, items in out.items():
+                    await ctx.send_keyed(dst, key, {"items": items, "t": sent})
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # undecodable, invalid, or too large to re-key
                 await ctx.dlq(event, exc, role)
-                continue
-            out: dict[str, list[Any]] = {}
-            for key, item in routed or ():
-                out.setdefault(key, []).append(item)
-            sent = time.time()
-            for key, items in out.items():
-                await ctx.send_keyed(dst, key, {"items": items, "t": sent})
 
 
 class WindowRole(Protocol):

@@ -49,6 +49,37 @@ class PipelineConfig:
         Prometheus port on 127.0.0.1; 0 disables.
     replication : int
         Replication factor of internal and changelog topics.
+
+    Input limits (:mod:`argus.streams.validate`; a record outside them goes to the DLQ with
+    the reason, docs/reliability.md):
+
+    max_batch_events : int
+        Kernel events per ``kernel_batch``. 2,000,000: 10x the collectors' own cap; a
+        1 M-event batch compresses in ~0.3 s and ~200 MB, so it is processed, not rejected.
+    max_phases : int
+        Phases per ``step_record``.
+    max_stacks : int
+        Distinct stacks per ``stack_batch``.
+    max_routed_bytes : int
+        Largest record a router copies onto an internal topic (bytes; the producer's
+        request limit is 1 MB).
+    max_world_size : int
+        Largest world size (product of the coords sizes).
+    max_duration_s : float
+        Longest phase, kernel or kernel quantile (s).
+    max_step_s : float
+        Longest iteration or window (s).
+    max_future_s : float
+        Event time allowed ahead of the receiving wall clock (s).
+    max_past_s : float
+        Event time allowed behind the newest one accepted for the same job (s), never
+        judged against the wall clock so recorded runs (simulator, backfill) pass; 0
+        disables.
+    max_step_jump : int
+        Steps allowed ahead of the newest one accepted for the job; 0 disables.
+    dlq_max_value_bytes : int
+        Original bytes a DLQ record carries; a longer value is cut to this many bytes and
+        the reason says so (the record's topic/partition/offset still point at the whole).
     """
 
     step_grace_s: float = 10.0
@@ -63,6 +94,17 @@ class PipelineConfig:
     stack_window_s: float = 10.0
     metrics_port: int = 0
     replication: int = 1
+    max_batch_events: int = 2_000_000
+    max_phases: int = 1024
+    max_stacks: int = 10_000
+    max_routed_bytes: int = 512 * 1024
+    max_world_size: int = 1 << 20
+    max_duration_s: float = 3600.0
+    max_step_s: float = 86400.0
+    max_future_s: float = 3600.0
+    max_past_s: float = 6 * 3600.0
+    max_step_jump: int = 1_000_000
+    dlq_max_value_bytes: int = 900_000
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -70,6 +112,9 @@ class PipelineConfig:
             if f.name == "metrics_port":
                 if not 0 <= v < 65536:
                     raise ConfigError(f"streams.metrics_port must be 0..65535, got {v}")
+            elif f.name in ("max_past_s", "max_step_jump"):  # 0 disables the check
+                if v < 0:
+                    raise ConfigError(f"streams.{f.name} must be >= 0, got {v}")
             elif v <= 0:
                 raise ConfigError(f"streams.{f.name} must be > 0, got {v}")
 

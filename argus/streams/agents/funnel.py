@@ -28,6 +28,7 @@ from argus.detectors.findings import Finding
 from argus.streams import metrics
 from argus.streams.agents.common import remember
 from argus.streams.app import Ctx, add_lag_gauge, route_batches, window_agent
+from argus.streams.validate import checker
 
 __all__ = ["finding_from_anomaly", "register"]
 
@@ -145,6 +146,7 @@ def register(ctx: Ctx) -> None:
 
     async def route(event: faust.EventT) -> list[tuple[str, Any]]:
         rec = ctx.codec.decode_as("anomaly", event.message.value)
+        checker(ctx).anomaly(rec, event.message.value)
         finding_from_anomaly(rec)  # validates level and kind
         if rec["level"] == "funnel":
             return []

@@ -29,6 +29,7 @@ from argus.streams.agents.common import emit_findings
 from argus.streams.app import Ctx, add_lag_gauge, guarded, route_batches, window_agent
 from argus.streams.fidelity import check_batches
 from argus.streams.summary_record import KernelNames, _summary_columns, summarize_batch
+from argus.streams.validate import checker
 
 __all__ = ["register_compressor", "register_l3"]
 
@@ -69,6 +70,7 @@ def register_compressor(ctx: Ctx) -> None:
                 raw = event.message.value or b""
                 try:
                     batch = ctx.codec.decode_as("kernel_batch", raw)
+                    checker(ctx).kernel_batch(batch)
                     who = f"{batch['job']}/{batch['rank']}"
                     since[who] += 1
                     if since[who] >= _REANNOUNCE:
@@ -198,6 +200,7 @@ def register_l3(ctx: Ctx) -> None:
     async def route(event: faust.EventT) -> list[tuple[str, Any]]:
         rec = ctx.codec.decode_as("kernel_summary", event.message.value)
         _summary_columns(rec)  # validates the columns (cheap: no per-group objects)
+        checker(ctx).kernel_summary(rec, event.message.value)
         sid = routing.group_for_kind(rec["coords"], "dp")
         return [
             (

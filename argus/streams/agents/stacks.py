@@ -13,6 +13,7 @@ from typing import Any
 import faust
 
 from argus.streams.app import Ctx, add_lag_gauge, route_batches, window_agent
+from argus.streams.validate import checker
 
 __all__ = ["register"]
 
@@ -68,6 +69,7 @@ def register(ctx: Ctx) -> None:
 
     async def route(event: faust.EventT) -> list[tuple[str, Any]]:
         rec = ctx.codec.decode_as("stack_batch", event.message.value)
+        checker(ctx).stack_batch(rec, event.message.value)
         return [
             (
                 f"{rec['job']}/{rec['rank']}",

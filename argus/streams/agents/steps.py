@@ -34,6 +34,7 @@ from argus.detectors.routing import DIMS, Routing
 from argus.streams import metrics, windows
 from argus.streams.agents.common import emit_findings
 from argus.streams.app import Ctx, add_lag_gauge, route_batches, window_agent
+from argus.streams.validate import checker
 
 __all__ = ["missing_finding", "register_l1", "register_l2", "route_step"]
 
@@ -221,6 +222,7 @@ def _register(ctx: Ctx, level: str) -> None:
         async def route(event: faust.EventT) -> list[tuple[str, Any]]:
             rec = ctx.codec.decode_as("step_record", event.message.value)
             validate_step_record(rec)
+            checker(ctx).step(rec, event.message.value)
             _collector_metrics(rec["job"], rec)
             return route_step(rec)
 
