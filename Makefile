@@ -5,7 +5,7 @@ BIN      = $(VENV)/bin
 ARGUS    = $(BIN)/argus
 EXTRAS  ?= dev,torch
 
-.PHONY: setup kafka-up kafka-down topics demo test test-fast lint typecheck bench clean
+.PHONY: setup kafka-up kafka-down topics demo test test-fast lint typecheck bench clean fuzz
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -39,6 +39,9 @@ lint: ## ruff + mypy
 	$(BIN)/ruff check argus tests bench
 	$(BIN)/ruff format --check argus tests bench
 	$(BIN)/mypy
+
+fuzz: ## hypothesis fuzzing of the codec and every agent input path, 10,000 cases per target
+	ARGUS_FUZZ_EXAMPLES=$${ARGUS_FUZZ_EXAMPLES:-10000} $(BIN)/pytest -q --timeout=1800 tests/fuzz --hypothesis-show-statistics --durations=0
 
 bench: ## every benchmark; results go to BENCHMARKS.md by hand
 	for b in bench/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done

@@ -42,7 +42,7 @@ def sim() -> dict[str, list[dict[str, Any]]]:
 def _reason(fn: Any, *args: Any) -> str:
     with pytest.raises((InputError, BatchError)) as ei:
         fn(*args)
-    return str(ei.value.reason)
+    return str(getattr(ei.value, "reason", ""))
 
 
 def stack(**kw: Any) -> dict[str, Any]:
