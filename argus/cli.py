@@ -18,6 +18,7 @@ from argus import __version__
 COMMANDS: dict[str, tuple[str, str]] = {
     # name: (module:attribute, one-line help shown in `argus --help`)
     "kafka": ("argus.commands.kafka:kafka", "Run a local Apache Kafka broker (up/down/status)."),
+    "config": ("argus.commands.config:config", "Show the effective settings (secrets redacted)."),
     "topics": ("argus.commands.kafka:topics", "Create or list the argus topics."),
     "simulate": (
         "argus.commands.simulate:simulate",

@@ -14,11 +14,22 @@ kafka.bootstrap                ARGUS_KAFKA_BOOTSTRAP        existing cluster; em
 kafka.port                     ARGUS_KAFKA_PORT             local broker's client port (19092)
 kafka.controller_port          ARGUS_KAFKA_CONTROLLER_PORT  local KRaft controller port (19093)
 kafka.schema_registry_url      ARGUS_SCHEMA_REGISTRY_URL    Confluent framing when set
-kafka.client                   ARGUS_KAFKA__CLIENT__<KEY>   extra librdkafka settings (TLS/SASL)
+kafka.client                   ARGUS_KAFKA__CLIENT__<KEY>   extra librdkafka settings
+kafka.security.protocol        ARGUS_KAFKA_SECURITY_PROTOCOL  PLAINTEXT|SSL|SASL_PLAINTEXT|SASL_SSL
+kafka.security.mechanism       ARGUS_KAFKA_SASL_MECHANISM   SCRAM-SHA-512 (default), -256, PLAIN
+kafka.security.username        ARGUS_KAFKA_USERNAME         SASL user
+(environment only)             ARGUS_KAFKA_PASSWORD         SASL password (never in the file)
+kafka.security.password_file   ARGUS_KAFKA_PASSWORD_FILE    file holding the SASL password
+kafka.security.ca_file         ARGUS_KAFKA_CA_FILE          PEM CA bundle of the brokers
+kafka.security.cert_file       ARGUS_KAFKA_CERT_FILE        client certificate (mutual TLS)
+kafka.security.key_file        ARGUS_KAFKA_KEY_FILE         its private key
 topics.prefix                  ARGUS_TOPIC_PREFIX           topic name prefix ("argus")
 state_dir                      ARGUS_STATE_DIR              broker data, logs, pid (~/.argus)
 cache_dir                      ARGUS_CACHE_DIR              Kafka jars (~/.cache/argus-trace)
 =============================  ===========================  =================================
+
+Secrets (passwords) come only from the environment or from files; a secret written in the
+TOML file is a :class:`ConfigError`. See :mod:`argus.kafka.security` and docs/security.md.
 
 Other sections (``detectors``, ``streams``, ``collectors``, ...) are kept as plain mappings
 and read by their components with :meth:`Settings.section`.
@@ -34,6 +45,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from argus.kafka.security import KafkaSecurity, file_secrets, parse_security, reveal
 from argus.schemas.errors import ArgusError
 
 __all__ = ["ConfigError", "Settings", "load_settings"]
@@ -51,7 +63,8 @@ class Settings:
     kafka_port: int = 19092
     controller_port: int = 19093
     schema_registry_url: str = ""
-    client_config: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    client_config: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    security: KafkaSecurity = field(default_factory=KafkaSecurity)
     topic_prefix: str = "argus"
     state_dir: Path = field(default_factory=lambda: Path.home() / ".argus")
     cache_dir: Path = field(default_factory=lambda: Path.home() / ".cache" / "argus-trace")
@@ -69,7 +82,12 @@ class Settings:
 
     def kafka_config(self, **extra: Any) -> dict[str, Any]:
         """librdkafka settings for a confluent-kafka client of this cluster."""
-        return {"bootstrap.servers": self.bootstrap_servers, **self.client_config, **extra}
+        return {
+            "bootstrap.servers": self.bootstrap_servers,
+            **self.security.librdkafka(),
+            **{k: reveal(v) for k, v in self.client_config.items()},
+            **extra,
+        }
 
     def section(self, name: str) -> Mapping[str, Any]:
         """A nested section of the file/env (e.g. ``"detectors"``), empty when absent."""
@@ -94,6 +112,14 @@ _SHORT_ENV = {
     "ARGUS_KAFKA_PORT": ("kafka", "port"),
     "ARGUS_KAFKA_CONTROLLER_PORT": ("kafka", "controller_port"),
     "ARGUS_SCHEMA_REGISTRY_URL": ("kafka", "schema_registry_url"),
+    "ARGUS_KAFKA_SECURITY_PROTOCOL": ("kafka", "security", "protocol"),
+    "ARGUS_KAFKA_SASL_MECHANISM": ("kafka", "security", "mechanism"),
+    "ARGUS_KAFKA_USERNAME": ("kafka", "security", "username"),
+    "ARGUS_KAFKA_PASSWORD": ("kafka", "security", "password"),
+    "ARGUS_KAFKA_PASSWORD_FILE": ("kafka", "security", "password_file"),
+    "ARGUS_KAFKA_CA_FILE": ("kafka", "security", "ca_file"),
+    "ARGUS_KAFKA_CERT_FILE": ("kafka", "security", "cert_file"),
+    "ARGUS_KAFKA_KEY_FILE": ("kafka", "security", "key_file"),
     "ARGUS_TOPIC_PREFIX": ("topics", "prefix"),
     "ARGUS_STATE_DIR": ("state_dir",),
     "ARGUS_CACHE_DIR": ("cache_dir",),
@@ -148,20 +174,28 @@ def load_settings(
             raise ConfigError(f"config file {p} does not exist") from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"config file {p} is not valid TOML: {exc}") from None
+        if bad := file_secrets(tree):
+            raise ConfigError(
+                f"config file {p} holds secret(s) {', '.join(bad)}; put them in the "
+                "environment (ARGUS_KAFKA_PASSWORD) or a file (kafka.security.password_file)"
+            )
     tree = _merge(tree, _env_tree(env))
     kafka = tree.pop("kafka", {}) or {}
     topics = tree.pop("topics", {}) or {}
     client = kafka.get("client", {}) or {}
     if not isinstance(client, Mapping):
         raise ConfigError("kafka.client must be a table of librdkafka settings")
+    security_table = kafka.get("security", {}) or {}
+    if not isinstance(security_table, Mapping):
+        raise ConfigError("kafka.security must be a table")
+    security, client = parse_security(security_table, client)
     kw: dict[str, Any] = {
         "bootstrap": str(kafka.get("bootstrap", "") or ""),
         "kafka_port": _int(kafka.get("port", 19092), "kafka.port"),
         "controller_port": _int(kafka.get("controller_port", 19093), "kafka.controller_port"),
         "schema_registry_url": str(kafka.get("schema_registry_url", "") or ""),
-        "client_config": MappingProxyType(
-            {str(k).replace("_", "."): str(v) for k, v in client.items()}
-        ),
+        "client_config": MappingProxyType(client),
+        "security": security,
         "topic_prefix": str(topics.get("prefix", "argus")),
         "sections": MappingProxyType(tree),
     }

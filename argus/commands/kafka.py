@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shlex
+
 import click
 
 from argus.cli import settings_from
@@ -19,8 +21,14 @@ def kafka() -> None:
 @click.option(
     "--timeout", "timeout_s", default=90.0, show_default=True, help="seconds to wait for the broker"
 )
+@click.option(
+    "--secure/--plaintext",
+    default=None,
+    help="format a new broker with a SASL_SSL listener (SCRAM-SHA-512, generated CA, ACLs "
+    "applied) or PLAINTEXT; default: as formatted before (PLAINTEXT when new)",
+)
 @click.pass_context
-def up(ctx: click.Context, timeout_s: float) -> None:
+def up(ctx: click.Context, timeout_s: float, secure: bool | None) -> None:
     """Start the broker (idempotent) and wait until it answers."""
     from argus.kafka.local import LocalBroker
 
@@ -36,10 +44,18 @@ def up(ctx: click.Context, timeout_s: float) -> None:
         click.echo(
             f"resolving Apache Kafka {broker.version} jars with Maven into {broker.libs} (once) ..."
         )
-    st = broker.up(timeout_s=timeout_s)
+    st = broker.up(timeout_s=timeout_s, secure=secure)
     click.echo(
         f"kafka {broker.version} up: pid {st.pid}, bootstrap {st.bootstrap}, logs {broker.logs}"
     )
+    if broker.secure:
+        from argus.kafka.acls import acl_rules, apply_acls
+
+        n = apply_acls(broker.client_settings("admin"), acl_rules(s.topic_prefix))
+        click.echo(
+            f"SASL_SSL (SCRAM-SHA-512), CA {broker.ca_file}; {n} ACLs for prefix "
+            f"{s.topic_prefix!r} applied. Client settings: `argus kafka env --user admin`"
+        )
 
 
 @kafka.command()
@@ -61,6 +77,67 @@ def status(ctx: click.Context) -> None:
     st = LocalBroker(settings_from(ctx)).status()
     click.echo(f"{'running' if st.running else 'stopped'}: {st.bootstrap} pid={st.pid} {st.detail}")
     ctx.exit(0 if st.running else 1)
+
+
+@kafka.command("env")
+@click.option(
+    "--user",
+    default="admin",
+    show_default=True,
+    help="SCRAM user: admin, collector, worker, ops, pagerduty",
+)
+@click.pass_context
+def env_(ctx: click.Context, user: str) -> None:
+    """Print the ARGUS_KAFKA_* variables of a client of the secure local broker (eval-able;
+    the password stays in its file)."""
+    from argus.kafka.local import LocalBroker
+
+    broker = LocalBroker(settings_from(ctx))
+    if not broker.secure:
+        raise click.UsageError("the local broker is not secure (`argus kafka up --secure`)")
+    for k, v in broker.client_env(user).items():
+        click.echo(f"export {k}={shlex.quote(v)}")
+
+
+@kafka.command()
+@click.option("--script", is_flag=True, help="print kafka-acls.sh commands instead of applying")
+@click.option("--dry-run", is_flag=True, help="print the rules, apply nothing")
+@click.option(
+    "--user",
+    "users",
+    multiple=True,
+    metavar="ROLE=NAME",
+    help="SASL user of a role when it is not the role's name (repeatable)",
+)
+@click.pass_context
+def acls(ctx: click.Context, script: bool, dry_run: bool, users: tuple[str, ...]) -> None:
+    """Apply the ACL layout (docs/security.md) for the configured topic prefix.
+
+    Needs an identity allowed to alter ACLs (the configured user, e.g. admin).
+    """
+    from argus.kafka.acls import ROLES, acl_rules, apply_acls, kafka_acls_script
+
+    s = settings_from(ctx)
+    names: dict[str, str] = {}
+    for u in users:
+        role, _, name = u.partition("=")
+        if role not in ROLES or not name:
+            raise click.BadParameter(
+                f"{u!r}: want ROLE=NAME with ROLE in {ROLES}", param_hint="--user"
+            )
+        names[role] = name
+    rules = acl_rules(s.topic_prefix, names)
+    if script:
+        click.echo(kafka_acls_script(rules, s.bootstrap_servers), nl=False)
+        return
+    if dry_run:
+        for r in rules:
+            click.echo(
+                f"ALLOW {r.principal:16s} {r.operation:16s} {r.resource} {r.pattern} {r.name}"
+            )
+        return
+    n = apply_acls(s, rules)
+    click.echo(f"{n} ACL bindings applied for prefix {s.topic_prefix!r}")
 
 
 @kafka.command()

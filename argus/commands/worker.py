@@ -51,6 +51,10 @@ def worker(
     from dataclasses import replace
 
     settings = settings_from(ctx)
+    if settings.security.protocol != "PLAINTEXT":  # refused login: one clear error, no hang
+        from argus.kafka.security import check_connection
+
+        check_connection(settings)
     chosen = {r.lower() for r in roles}
     if "pagerduty" in chosen:
         if len(chosen) > 1:

@@ -8,6 +8,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from argus.config import Settings
+from argus.kafka.security import checked_admin, list_topics
 from argus.schemas.errors import ArgusError
 from argus.topics import TopicSpec, topic_specs
 
@@ -37,8 +38,8 @@ def create_topics(
     if specs is not None:
         keep = {s.suffix for s in specs}
         wanted = {n: s for n, s in wanted.items() if s.suffix in keep}
-    admin = AdminClient(settings.kafka_config())
-    existing = set(admin.list_topics(timeout=timeout_s).topics)
+    admin, errors = checked_admin(settings)  # a refused login raises KafkaAuthError at once
+    existing = set(list_topics(admin, errors, settings, timeout_s).topics)
     result = {n: "exists" for n in wanted if n in existing}
     new = [
         NewTopic(

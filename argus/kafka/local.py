@@ -6,11 +6,20 @@ broker+controller JVM (``kafka.Kafka``) bound to 127.0.0.1. It is idempotent: a 
 broker is left alone. ``down`` stops only the process whose pid it recorded, after checking
 that the pid is still that ``kafka.Kafka`` JVM. When an existing cluster is configured
 (``ARGUS_KAFKA_BOOTSTRAP``), nothing is started or stopped.
+
+``up(secure=True)`` (``argus kafka up --secure``) starts it locked down instead: one SASL_SSL
+client listener (SCRAM-SHA-512) with a certificate from a CA generated here (openssl), SCRAM
+users ``admin`` (super user) and one per role (see :mod:`argus.kafka.acls`) created at format
+time with random passwords under ``<state_dir>/kafka/secrets/`` (mode 0600), and the
+StandardAuthorizer on (no ACL: no access). The KRaft controller listener stays PLAINTEXT on
+loopback. The mode is fixed when the storage is formatted; ``reset`` to change it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -63,6 +72,112 @@ class LocalBroker:
         self.logs = self.home / "logs"
         self.pid_file = self.home / "broker.pid"
         self.props = self.home / "server.properties"
+        self.tls_dir = self.home / "tls"
+        self.secrets_dir = self.home / "secrets"
+        self.mode_file = self.home / "security"
+
+    # -- security ---------------------------------------------------------------------------
+    @property
+    def secure(self) -> bool:
+        """True when this broker's storage was formatted for SASL_SSL (``up(secure=True)``)."""
+        try:
+            return self.mode_file.read_text().strip() == "sasl_ssl"
+        except OSError:
+            return False
+
+    @property
+    def ca_file(self) -> Path:
+        return self.tls_dir / "ca.pem"
+
+    def password_file(self, user: str) -> Path:
+        return self.secrets_dir / f"{user}.password"
+
+    def client_env(self, user: str = "admin") -> dict[str, str]:
+        """``ARGUS_KAFKA_*`` variables that make a client ``user`` of this secure broker."""
+        if not self.secure:
+            return {}
+        if not self.password_file(user).exists():
+            raise BrokerError(f"no SCRAM user {user!r} on this broker")
+        return {
+            "ARGUS_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+            "ARGUS_KAFKA_SASL_MECHANISM": "SCRAM-SHA-512",
+            "ARGUS_KAFKA_USERNAME": user,
+            "ARGUS_KAFKA_PASSWORD_FILE": str(self.password_file(user)),
+            "ARGUS_KAFKA_CA_FILE": str(self.ca_file),
+        }
+
+    def client_settings(self, user: str = "admin") -> Settings:
+        """These settings, authenticated as ``user`` when the broker is secure."""
+        if not self.secure:
+            return self.settings
+        from argus.kafka.security import KafkaSecurity, Secret
+
+        pw = self.password_file(user).read_text().strip()
+        sec = KafkaSecurity(
+            protocol="SASL_SSL",
+            mechanism="SCRAM-SHA-512",
+            username=user,
+            password=Secret(pw),
+            ca_file=str(self.ca_file),
+        )
+        return dataclasses.replace(self.settings, security=sec)
+
+    def _ensure_tls(self) -> None:
+        """A CA and a broker certificate for 127.0.0.1/localhost (PEM), made once."""
+        keystore = self.tls_dir / "broker-keystore.pem"
+        if keystore.exists() and self.ca_file.exists():
+            return
+        openssl = shutil.which("openssl")
+        if openssl is None:
+            raise BrokerError("openssl is not on PATH; it makes the local broker's certificates")
+        d = self.tls_dir
+        d.mkdir(parents=True, exist_ok=True)
+        os.chmod(d, 0o700)
+        (d / "broker.ext").write_text(
+            "subjectAltName=DNS:localhost,IP:127.0.0.1\n"
+            "basicConstraints=CA:FALSE\n"
+            "keyUsage=critical,digitalSignature,keyEncipherment\n"
+            "extendedKeyUsage=serverAuth\n"
+        )
+        steps = [
+            ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out",
+             "ca.pem", "-days", "3650", "-subj", "/CN=argus local CA",
+             "-addext", "basicConstraints=critical,CA:TRUE",
+             "-addext", "keyUsage=critical,keyCertSign,cRLSign"],
+            ["req", "-newkey", "rsa:2048", "-nodes", "-keyout", "broker.key", "-out",
+             "broker.csr", "-subj", "/CN=localhost"],
+            ["x509", "-req", "-in", "broker.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+             "-CAcreateserial", "-out", "broker.crt", "-days", "825", "-sha256",
+             "-extfile", "broker.ext"],
+        ]  # fmt: skip
+        for args in steps:
+            r = subprocess.run([openssl, *args], cwd=d, capture_output=True, text=True, check=False)
+            if r.returncode != 0:
+                raise BrokerError(f"openssl {args[0]} failed: {r.stderr[-1000:]}")
+        # Kafka's PEM keystore: unencrypted PKCS#8 key, then the certificate chain
+        keystore.write_text(
+            (d / "broker.key").read_text()
+            + (d / "broker.crt").read_text()
+            + self.ca_file.read_text()
+        )
+        for f in ("ca.key", "broker.key", "broker-keystore.pem"):
+            os.chmod(d / f, 0o600)
+
+    def _ensure_passwords(self) -> dict[str, str]:
+        """``{user: password}`` of the SCRAM users, random, made once (files mode 0600)."""
+        from argus.kafka.acls import USERS
+
+        self.secrets_dir.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.secrets_dir, 0o700)
+        out: dict[str, str] = {}
+        for user in USERS:
+            f = self.password_file(user)
+            if not f.exists():
+                fd = os.open(f, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "w") as fh:
+                    fh.write(secrets.token_urlsafe(24) + "\n")
+            out[user] = f.read_text().strip()
+        return out
 
     # -- jars -------------------------------------------------------------------------------
     def fetch(self, *, quiet: bool = True) -> Path:
@@ -111,33 +226,66 @@ class LocalBroker:
             )
         return java
 
-    def _write_props(self) -> None:
+    def _listener_props(self, secure: bool) -> list[str]:
         s = self.settings
+        if not secure:
+            return [
+                f"listeners=PLAINTEXT://127.0.0.1:{s.kafka_port},CONTROLLER://127.0.0.1:{s.controller_port}",
+                f"advertised.listeners=PLAINTEXT://127.0.0.1:{s.kafka_port}",
+                "controller.listener.names=CONTROLLER",
+                "inter.broker.listener.name=PLAINTEXT",
+                "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            ]
+        admin_pw = self.password_file("admin").read_text().strip()
+        tls = self.tls_dir
+        return [
+            f"listeners=SASL_SSL://127.0.0.1:{s.kafka_port},CONTROLLER://127.0.0.1:{s.controller_port}",
+            f"advertised.listeners=SASL_SSL://127.0.0.1:{s.kafka_port}",
+            "controller.listener.names=CONTROLLER",
+            "inter.broker.listener.name=SASL_SSL",
+            "listener.security.protocol.map=CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL",
+            "sasl.enabled.mechanisms=SCRAM-SHA-512",
+            "sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512",
+            "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config="
+            "org.apache.kafka.common.security.scram.ScramLoginModule required "
+            f'username="admin" password="{admin_pw}";',
+            "ssl.keystore.type=PEM",
+            f"ssl.keystore.location={tls / 'broker-keystore.pem'}",
+            "ssl.truststore.type=PEM",
+            f"ssl.truststore.location={tls / 'ca.pem'}",
+            "ssl.client.auth=none",
+            "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            # the broker reaches its own controller over the loopback PLAINTEXT listener
+            "super.users=User:admin;User:ANONYMOUS",
+            "allow.everyone.if.no.acl.found=false",
+        ]
+
+    def _write_props(self, secure: bool = False) -> None:
         self.home.mkdir(parents=True, exist_ok=True)
-        self.props.write_text(
-            "\n".join(
-                [
-                    "# written by `argus kafka up`; edit argus settings, not this file",
-                    "process.roles=broker,controller",
-                    "node.id=1",
-                    f"controller.quorum.voters=1@127.0.0.1:{s.controller_port}",
-                    f"listeners=PLAINTEXT://127.0.0.1:{s.kafka_port},CONTROLLER://127.0.0.1:{s.controller_port}",
-                    f"advertised.listeners=PLAINTEXT://127.0.0.1:{s.kafka_port}",
-                    "controller.listener.names=CONTROLLER",
-                    "inter.broker.listener.name=PLAINTEXT",
-                    "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
-                    f"log.dirs={self.data}",
-                    "num.partitions=1",
-                    "offsets.topic.replication.factor=1",
-                    "offsets.topic.num.partitions=8",
-                    "transaction.state.log.replication.factor=1",
-                    "transaction.state.log.min.isr=1",
-                    "group.initial.rebalance.delay.ms=0",
-                    "auto.create.topics.enable=true",
-                    "log.retention.check.interval.ms=60000",
-                    "",
-                ]
-            )
+        fd = os.open(self.props, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(fd, 0o600)  # holds the admin password when secure
+        with os.fdopen(fd, "w") as fh:
+            fh.write(self._props_text(secure))
+
+    def _props_text(self, secure: bool) -> str:
+        return "\n".join(
+            [
+                "# written by `argus kafka up`; edit argus settings, not this file",
+                "process.roles=broker,controller",
+                "node.id=1",
+                f"controller.quorum.voters=1@127.0.0.1:{self.settings.controller_port}",
+                *self._listener_props(secure),
+                f"log.dirs={self.data}",
+                "num.partitions=1",
+                "offsets.topic.replication.factor=1",
+                "offsets.topic.num.partitions=8",
+                "transaction.state.log.replication.factor=1",
+                "transaction.state.log.min.isr=1",
+                "group.initial.rebalance.delay.ms=0",
+                "auto.create.topics.enable=true",
+                "log.retention.check.interval.ms=60000",
+                "",
+            ]
         )
 
     def _pid(self) -> int | None:
@@ -163,12 +311,23 @@ class LocalBroker:
             )
         pid = self._pid()
         up = pid is not None and _port_open("127.0.0.1", s.kafka_port)
-        return BrokerStatus(up, pid, s.bootstrap_servers, True, f"Apache Kafka {self.version}")
+        detail = f"Apache Kafka {self.version}" + (", SASL_SSL" if self.secure else "")
+        return BrokerStatus(up, pid, s.bootstrap_servers, True, detail)
 
-    def up(self, *, timeout_s: float = 90.0) -> BrokerStatus:
-        """Start the broker unless it runs (or an existing cluster is configured)."""
+    def up(self, *, timeout_s: float = 90.0, secure: bool | None = None) -> BrokerStatus:
+        """Start the broker unless it runs (or an existing cluster is configured).
+
+        ``secure``: format a new broker for SASL_SSL (True) or PLAINTEXT (False); None keeps
+        what the storage was formatted with (PLAINTEXT for a new one).
+        """
         s = self.settings
         st = self.status()
+        formatted = (self.data / "meta.properties").exists()
+        if secure is not None and formatted and secure != self.secure:
+            raise BrokerError(
+                f"the broker in {self.home} was formatted "
+                f"{'SASL_SSL' if self.secure else 'PLAINTEXT'}; `argus kafka reset` to change it"
+            )
         if not s.local_broker or st.running:
             return st
         if st.pid is not None:  # JVM up but not answering yet: wait for it
@@ -180,15 +339,25 @@ class LocalBroker:
             )
         libs = self.fetch()
         java = self._java()
-        self._write_props()
+        if not formatted:
+            shutil.rmtree(self.data, ignore_errors=True)
+            self.home.mkdir(parents=True, exist_ok=True)
+            self.mode_file.write_text("sasl_ssl\n" if secure else "plaintext\n")
+        secure = self.secure
+        scram: list[str] = []
+        if secure:
+            self._ensure_tls()
+            users = self._ensure_passwords()
+            for user, pw in users.items():
+                scram += ["--add-scram", f"SCRAM-SHA-512=[name={user},password={pw}]"]
+        self._write_props(secure)
         self.logs.mkdir(parents=True, exist_ok=True)
         cp = f"{libs}/*"
         log_opts = [
             f"-Dlog4j2.configurationFile={resources.files('argus.kafka').joinpath('log4j2.properties')}",
             f"-Dkafka.logs.dir={self.logs}",
         ]
-        if not (self.data / "meta.properties").exists():
-            shutil.rmtree(self.data, ignore_errors=True)
+        if not formatted:
             cluster_id = _cluster_id()
             fmt = subprocess.run(
                 [
@@ -201,13 +370,17 @@ class LocalBroker:
                     f"--cluster-id={cluster_id}",
                     "-c",
                     str(self.props),
+                    *scram,
                 ],
                 capture_output=True,
                 text=True,
                 check=False,
             )
             if fmt.returncode != 0:
-                raise BrokerError(f"formatting KRaft storage failed:\n{fmt.stdout}{fmt.stderr}")
+                text = f"{fmt.stdout}{fmt.stderr}"
+                for pw in (p.split("password=")[-1].rstrip("]") for p in scram[1::2]):
+                    text = text.replace(pw, "********")
+                raise BrokerError(f"formatting KRaft storage failed:\n{text}")
         heap = os.environ.get("ARGUS_KAFKA_HEAP", "768m")
         with open(self.logs / "stdout.log", "ab") as out:
             proc = subprocess.Popen(
@@ -235,7 +408,7 @@ class LocalBroker:
         from confluent_kafka.admin import AdminClient
 
         deadline = time.monotonic() + timeout_s
-        admin = AdminClient(self.settings.kafka_config(**{"log_level": 0}))
+        admin = AdminClient(self.client_settings().kafka_config(**{"log_level": 0}))
         while time.monotonic() < deadline:
             if self._pid() is None:
                 tail = _tail(self.logs / "server.log") or _tail(self.logs / "stdout.log")
@@ -275,6 +448,9 @@ class LocalBroker:
         """Stop the broker and delete its data (topics, offsets)."""
         self.down()
         shutil.rmtree(self.data, ignore_errors=True)
+        for p in (self.tls_dir, self.secrets_dir):
+            shutil.rmtree(p, ignore_errors=True)
+        self.mode_file.unlink(missing_ok=True)
 
 
 def _zombie(pid: int) -> bool:

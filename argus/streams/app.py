@@ -242,6 +242,7 @@ def build_app(
         autodiscover=False,
         key_serializer="json",  # tables: str keys and JSON values survive changelog recovery
         value_serializer="json",
+        **settings.security.faust_app_kwargs(),  # TLS/SASL from argus.kafka.security
     )
     ctx = Ctx(
         app=app,
