@@ -3,10 +3,12 @@ private secure broker (see conftest)."""
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -211,3 +213,36 @@ def test_the_password_never_shows(secure_broker: SecureBroker, caplog: Any) -> N
     logged = "\n".join(r.getMessage() for r in caplog.records)
     assert "SASL" in logged
     assert password not in logged
+
+
+def test_pagerduty_sink_reads_alerts_as_its_own_identity(
+    secure_broker: SecureBroker, prefix_topics: str
+) -> None:
+    """A worker identity writes an alert; the sink (user ``pagerduty``) consumes and posts it."""
+    from argus.sinks.pagerduty_worker import HttpResult, run_pagerduty_sink
+    from tests.sinks.test_pagerduty_worker import KEY, make_alert
+
+    dedup = f"sec-{time.time_ns()}"
+    w = secure_broker.settings("worker")
+    p = Producer(w.kafka_config())
+    p.produce(topic_name("alerts", prefix_topics), Codec().encode("alert", make_alert(dedup)))
+    assert p.flush(15) == 0
+
+    posted: list[dict[str, Any]] = []
+
+    def post(url: str, body: bytes, timeout_s: float) -> HttpResult:
+        posted.append(json.loads(body))
+        return HttpResult(202, '{"status":"success"}')
+
+    stop = threading.Event()
+    timer = threading.Timer(45, stop.set)  # bound: never hang the suite
+    timer.start()
+    try:
+        env = {"ARGUS_PAGERDUTY_ROUTING_KEY": KEY}
+        stats = run_pagerduty_sink(
+            secure_broker.settings("pagerduty"), stop_event=stop, env=env, post=post,
+            max_messages=1,
+        )  # fmt: skip
+    finally:
+        timer.cancel()
+    assert [b["dedup_key"] for b in posted] == [dedup], stats
