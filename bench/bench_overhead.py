@@ -1,32 +1,49 @@
-"""Collector overhead on the real 4-rank CPU DDP demo: steps/s with channels on vs off.
+"""Collector overhead on the real CPU DDP demo: steps/s with channels on vs off, in one job.
 
-    .venv/bin/python bench/bench_overhead.py                 # default: 3 rounds, 50-step blocks
-    .venv/bin/python bench/bench_overhead.py --rounds 5 --block 50
+    .venv/bin/python bench/bench_overhead.py                          # 4 and 2 ranks, broker up + down
+    .venv/bin/python bench/bench_overhead.py --world-sizes 2 --rounds 12 --skip-down
 
-One training run (4 ranks, gloo, CPU) switches the collector channels every block of steps,
-on every rank at the same step, in the order ``off, all, off, phases, off, kernels, off,
-stacks`` per round (A/B/A/B). The overhead of a mode is ``1 - sps(mode) / sps(ref)`` where
-``ref`` is the mean of the two neighbouring ``off`` blocks; the figure reported is the median
-over rounds (min and max shown). Blocks are a multiple of the kernel duty period (50 steps),
-so every ``kernels``/``all`` block holds exactly one kernel window. ``stacks`` is the py-spy
-sidecar (run here as a thread of the bench process, sampling the four ranks at the configured
-rate, publishing to the broker), switched with the mode.
+Method (one training job per world size, no restarts between A and B):
 
-A second run points the collectors (and the sidecar) at a closed loopback port for the whole
-run (the shared broker is not stopped: other engineers' tests use it) and alternates
-``off``/``all``: overhead, RSS growth of rank 0 across the run, drops counted, and whether
-the training loop completed without an exception.
+* The demo (``examples/ddp_transformer.py``) runs a schedule of blocks of ``--block`` steps
+  (default 50 = the kernel duty period, so every block with kernels on holds exactly one
+  kernel window: the default duty cycle) and switches the channels at the first step of each
+  block, on every rank at the same step (``Collector.set_channels``, the same switch an
+  ``argus control enable/disable`` command flips). Per round: ``off, all, off, phases, off,
+  kernels, off, stacks``, so every "on" block sits between two "off" blocks (A/B/A).
+* Per block: the mean step time (block wall time / steps, rank 0; DDP keeps ranks in step;
+  the first step of a block pays the switch and is not timed). Each on block is compared with
+  the mean of its two neighbouring off blocks (cancels linear drift of other tenants' load):
+  ``slower = 1 - steps/s(on) / steps/s(ref)``. The figure is the median over rounds with a
+  percentile-bootstrap 95% CI of the median (10,000 resamples).
+* Stacks: the py-spy sidecar is a separate process and cannot be switched inside the job;
+  the bench starts ``py-spy record --nonblocking`` (the sidecar's default method, at
+  ``--stacks-hz``) on every rank when a block with stacks begins and stops it (SIGINT: py-spy
+  writes its samples) when the block ends, then publishes the ``stack_batch`` records to the
+  broker as the sidecar does. This pays py-spy's start-up once per block (~7 s at 4 ranks)
+  instead of once per 10 s window: conservative. (SIGSTOP/SIGCONT was not used: py-spy's
+  timer catches up on missed samples after SIGCONT, piling them into the on blocks.)
+* Also per mode: the collectors' self-measured training-thread time (what step records carry
+  in ``collector.overhead_ns``) as a fraction of step time, and the accounted collector CPU
+  (training thread + background ``argus-*``/``rdk:*`` threads + the sidecar) as a fraction of
+  the job's CPU per step in the neighbouring off blocks.
 
-"off" means the channels are switched off at runtime (the no-op hooks stay installed; their
-cost is a flag test per hook call, ~0.1 µs, tens of calls per step).
+A second run per world size points the collectors and the sidecar at a closed loopback port
+(the shared broker is not stopped) and alternates ``off``/``all``: the same ratio, every
+rank's RSS per block, drop counters, and whether the training loop completed (exit 0, no
+traceback).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import math
 import os
 import resource
+import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -36,6 +53,8 @@ import time
 import uuid
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -48,26 +67,130 @@ from argus.kafka.admin import create_topics, delete_topics  # noqa: E402
 from argus.topics import topic_name  # noqa: E402
 
 ROUND = ["off", "all", "off", "phases", "off", "kernels", "off", "stacks"]
+STACK_MODES = ("all", "stacks")
 
 
 def _closed_port() -> int:
-    import socket
-
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
 
+def _py_spy_children() -> list[int]:
+    """Pids of this process's ``py-spy`` children (the sidecar's recordings)."""
+    pids: list[int] = []
+    for task in os.listdir("/proc/self/task"):
+        try:
+            kids = Path(f"/proc/self/task/{task}/children").read_text().split()
+        except OSError:
+            continue
+        for k in kids:
+            try:
+                if Path(f"/proc/{k}/comm").read_text().strip() == "py-spy":
+                    pids.append(int(k))
+            except OSError:
+                continue
+    return pids
+
+
+class StacksToggle:
+    """The stacks sidecar as in production, paused while the job's mode has stacks off.
+
+    A :class:`StackSampler` (``record`` method, ``rate_hz``, ``window_s`` windows, publishing
+    ``stack_batch`` records) runs for the whole job; a second thread polls the mode file rank 0
+    writes at each block switch (every ``poll_s``) and sends SIGSTOP to the sampler's py-spy
+    processes while stacks are off, SIGCONT while they are on (a py-spy started during an off
+    block is stopped within ``poll_s``).
+    """
+
+    def __init__(
+        self,
+        mode_file: Path,
+        state_dir: Path,
+        publish: Any,
+        *,
+        rate_hz: float,
+        window_s: float,
+        poll_s: float = 0.005,
+    ) -> None:
+        self.mode_file = mode_file
+        self.poll_s = poll_s
+        self.window_s = window_s
+        self.on_s = 0.0
+        self.switches = 0
+
+        def targets() -> list[Target]:
+            return [Target(e.pid, e.job, e.rank, e.host) for e in list_processes(state_dir)]
+
+        self.sampler = StackSampler(targets, publish, rate_hz=rate_hz, window_s=window_s)
+        self._stop = threading.Event()
+        self._threads = [
+            threading.Thread(target=self.sampler.run, daemon=True),
+            threading.Thread(target=self._toggle, daemon=True),
+        ]
+
+    def start(self) -> None:
+        for t in self._threads:
+            t.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._threads[1].join(10)
+        self.sampler.stop()
+        self._threads[0].join(60)
+
+    def _toggle(self) -> None:
+        stopped: set[int] = set()
+        seen: dict[int, float] = {}
+        on_since: float | None = None
+        while not self._stop.is_set():
+            try:
+                mode = self.mode_file.read_text()
+            except OSError:
+                mode = "off"
+            on = mode in STACK_MODES
+            now = time.monotonic()
+            if on and on_since is None:
+                on_since = now
+                self.switches += 1
+            elif not on and on_since is not None:
+                self.on_s += now - on_since
+                on_since = None
+            for pid in _py_spy_children():
+                # a recording whose window has elapsed is let run: it only writes its output
+                # (stopping it would make the sampler time it out and lose the window)
+                done = now - seen.setdefault(pid, now) >= self.window_s
+                try:
+                    if (on or done) and pid in stopped:
+                        os.kill(pid, signal.SIGCONT)
+                        stopped.discard(pid)
+                    elif not (on or done) and pid not in stopped:
+                        os.kill(pid, signal.SIGSTOP)
+                        stopped.add(pid)
+                except ProcessLookupError:
+                    stopped.discard(pid)
+            self._stop.wait(self.poll_s)
+        for pid in stopped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        if on_since is not None:
+            self.on_s += time.monotonic() - on_since
+
+
 def _run(
     schedule: list[tuple[str, int]],
     *,
+    world: int,
     bootstrap: str,
     prefix: str,
     stacks_hz: float,
+    stacks_window_s: float,
     period: int,
     state_dir: Path,
     label: str,
 ) -> dict[str, Any]:
+    """One training job with the given block schedule; returns rank 0's summary plus every
+    rank's per-block figures and the sidecar's CPU."""
     mode_file = state_dir / "mode"
     mode_file.write_text("off")
     out = state_dir / f"{label}.json"
@@ -77,15 +200,16 @@ def _run(
         "ARGUS_STATE_DIR": str(state_dir),
         "ARGUS_KAFKA_BOOTSTRAP": bootstrap,
     }
-    sched = ",".join(f"{m}:{n}" for m, n in schedule)
     cmd = [
         sys.executable,
         "-m",
         "examples.ddp_transformer",
+        "--world-size",
+        str(world),
         "--schedule",
-        sched,
+        ",".join(f"{m}:{n}" for m, n in schedule),
         "--job",
-        f"bench-{label}",
+        f"bench-{label}-{uuid.uuid4().hex[:6]}",
         "--kernels-period-steps",
         str(period),
         "--mode-file",
@@ -101,236 +225,278 @@ def _run(
     producer = RecordProducer(settings.kafka_config(), message_timeout_ms=5000)
     topic = topic_name("raw.stacks", prefix)
 
-    def targets() -> list[Target]:
-        return [Target(e.pid, e.job, e.rank, e.host) for e in list_processes(state_dir)]
-
-    def rate_for(_t: Target) -> float:
-        try:
-            mode = mode_file.read_text()
-        except OSError:
-            return 0.0
-        return stacks_hz if mode in ("all", "stacks") else 0.0
+    samples = [0]
 
     def publish(rec: dict[str, Any]) -> None:
-        producer.submit(
-            topic,
-            f"{rec['job']}/{rec['rank']}".encode(),
-            "stack_batch",
-            rec,
-            128 + sum(len(x["stack"]) for x in rec["stacks"]),
-        )
+        samples[0] += sum(x["count"] for x in rec["stacks"])
+        size = 128 + sum(len(x["stack"]) for x in rec["stacks"])
+        producer.submit(topic, f"{rec['job']}/{rec['rank']}".encode(), "stack_batch", rec, size)
 
-    sampler = StackSampler(targets, publish, rate_hz=stacks_hz, window_s=4.0, rate_for=rate_for)
+    toggle = StacksToggle(
+        mode_file, state_dir, publish, rate_hz=stacks_hz, window_s=stacks_window_s
+    )
     ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    th = threading.Thread(target=sampler.run, daemon=True)
-    th.start()
+    toggle.start()
     t0 = time.time()
     log_path = state_dir / f"{label}.stderr"
     with open(log_path, "w") as errf:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=errf)
-        # wait for the training run to exit WITHOUT reaping it, so that the children's
-        # rusage read next holds the py-spy processes (reaped by the sampler) and not the
-        # training processes
+        # wait WITHOUT reaping, so that the children's rusage read next holds the py-spy
+        # processes (reaped by the toggle) and not the training processes
         os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
-        sampler.stop()
-        th.join(30)
+        toggle.stop()
         ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
         proc.wait()
     stderr = log_path.read_text()
     producer.close(2)
     if proc.returncode != 0:
         raise SystemExit(f"{label} run failed (rc {proc.returncode}):\n{stderr[-4000:]}")
-    res = json.loads(out.read_text())
-    res["rank_blocks"] = [json.loads(Path(f"{out}.rank{r}").read_text()) for r in range(4)]
+    res: dict[str, Any] = json.loads(out.read_text())
+    res["rank_blocks"] = [json.loads(Path(f"{out}.rank{r}").read_text()) for r in range(world)]
     res["sidecar_cpu_s"] = (ru1.ru_utime + ru1.ru_stime) - (ru0.ru_utime + ru0.ru_stime)
+    res["sidecar_on_s"] = toggle.on_s
     res["wall_s"] = time.time() - t0
-    res["stack_dumps"] = sampler.dumps
-    res["stack_batches"] = sampler.published
+    res["stack_samples"] = samples[0]
+    res["stack_batches"] = toggle.sampler.published
     res["stack_dropped"] = producer.dropped_records
-    res["stderr_tail"] = [
-        ln
-        for ln in stderr.splitlines()
-        if "Traceback" in ln or ("Error" in ln and "gpuGetDeviceCount" not in ln)
-    ][-5:]
+    res["tracebacks"] = [ln for ln in stderr.splitlines() if "Traceback" in ln][-5:]
     return res
 
 
-def _block_metrics(res: dict[str, Any], *, skip: int = 1) -> list[dict[str, Any]]:
-    """Per block (after the first ``skip`` warm-up blocks): mode, steps/s, median step time,
-    CPU seconds per step summed over the four ranks (+ the sidecar's share in stacks modes)."""
+def block_metrics(res: dict[str, Any], *, skip: int = 1) -> list[dict[str, Any]]:
+    """Per block after the first ``skip`` warm-up blocks: mode, steps/s, mean step time (s),
+    collector training-thread time per step (s, mean over ranks), CPU per step summed over
+    ranks (+ the sidecar's share in stacks modes), accounted collector CPU per step."""
     rank_blocks = res["rank_blocks"]
+    world = len(rank_blocks)
     n = len(rank_blocks[0])
-    stacks_steps = sum(b["steps"] for b in rank_blocks[0][skip:] if b["mode"] in ("all", "stacks"))
-    sidecar_per_step = res["sidecar_cpu_s"] / stacks_steps if stacks_steps else 0.0
+    stack_blocks = [b for b in rank_blocks[0][skip:] if b["mode"] in STACK_MODES]
+    stack_steps = sum(b["steps"] for b in stack_blocks)
+    sidecar_per_step = res["sidecar_cpu_s"] / stack_steps if stack_steps else 0.0
     out = []
     for i in range(skip, n):
         b0 = rank_blocks[0][i]
-        cpu = sum(rb[i]["cpu_s"] for rb in rank_blocks) / b0["steps"]
-        if b0["mode"] in ("all", "stacks"):
-            cpu += sidecar_per_step
-        acct = (
-            sum(
-                rb[i]["collector_threads_cpu_s"] + rb[i]["collector_train_thread_s"]
-                for rb in rank_blocks
-            )
-            / b0["steps"]
-        )
-        if b0["mode"] in ("all", "stacks"):
-            acct += sidecar_per_step
+        steps = b0["steps"]
+        side = sidecar_per_step if b0["mode"] in STACK_MODES else 0.0
+        train = sum(rb[i]["collector_train_thread_s"] for rb in rank_blocks) / steps
+        bg = sum(rb[i]["collector_threads_cpu_s"] for rb in rank_blocks) / steps
         out.append(
             {
                 "mode": b0["mode"],
                 "sps": b0["steps_per_s"],
-                "accounted_s_per_step": acct,
-                "median_step_s": max(rb[i]["median_step_s"] for rb in rank_blocks),
-                "cpu_per_step_s": cpu,
+                "step_s": b0["seconds"] / steps,
+                "median_step_s": b0["median_step_s"],
+                "train_thread_s": train / world,
+                "cpu_per_step_s": sum(rb[i]["cpu_s"] for rb in rank_blocks) / steps + side,
+                "accounted_s": train + bg + side,
+                "rss_bytes": [rb[i]["rss_bytes"] for rb in rank_blocks],
+                "dropped": [rb[i].get("dropped") for rb in rank_blocks],
+                "errors": [rb[i].get("errors") for rb in rank_blocks],
             }
         )
     return out
 
 
-def _overheads(blocks: list[dict[str, Any]]) -> dict[str, dict[str, list[float]]]:
-    """Per mode and metric: overhead fractions, each block against the mean of its two
-    neighbouring ``off`` blocks (A/B/A)."""
-    out: dict[str, dict[str, list[float]]] = {}
+def paired(blocks: list[dict[str, Any]], cycle: int) -> dict[str, dict[str, list[float]]]:
+    """Per on-mode, one value per *cycle* of ``cycle`` consecutive on blocks of that mode (a
+    cycle holds exactly one kernel window per period of steps, see :func:`cycle_length`):
+
+    * ``slower``: ``1 - steps/s(on) / steps/s(ref)`` over the cycle, where each on block's
+      reference is the mean step time of its two neighbouring off blocks;
+    * ``self``: the collectors' training-thread time / step time (mean over ranks);
+    * ``accounted``: collector CPU (all ranks' training threads + background threads + the
+      sidecar) / the reference blocks' CPU per step.
+    """
+    acc: dict[str, list[tuple[float, float, float, float, float]]] = {}
     for i, b in enumerate(blocks):
-        if b["mode"] == "off":
+        if b["mode"] == "off" or i == 0 or i + 1 >= len(blocks):
             continue
-        refs = [
-            blocks[j] for j in (i - 1, i + 1) if 0 <= j < len(blocks) and blocks[j]["mode"] == "off"
-        ]
-        if not refs:
+        refs = [blocks[i - 1], blocks[i + 1]]
+        if any(r["mode"] != "off" for r in refs):
             continue
-        m = out.setdefault(
-            b["mode"], {"throughput": [], "median_step": [], "cpu": [], "accounted": []}
+        acc.setdefault(b["mode"], []).append(
+            (
+                b["step_s"],
+                statistics.mean(r["step_s"] for r in refs),
+                b["train_thread_s"],
+                b["accounted_s"],
+                statistics.mean(r["cpu_per_step_s"] for r in refs),
+            )
         )
-        m["accounted"].append(
-            b["accounted_s_per_step"] / statistics.mean(r["cpu_per_step_s"] for r in refs)
-        )
-        m["throughput"].append(1.0 - b["sps"] / statistics.mean(r["sps"] for r in refs))
-        m["median_step"].append(
-            b["median_step_s"] / statistics.mean(r["median_step_s"] for r in refs) - 1.0
-        )
-        m["cpu"].append(
-            b["cpu_per_step_s"] / statistics.mean(r["cpu_per_step_s"] for r in refs) - 1.0
-        )
+    out: dict[str, dict[str, list[float]]] = {}
+    for mode, rows in acc.items():
+        m = out.setdefault(mode, {"slower": [], "self": [], "accounted": []})
+        for k in range(0, len(rows) - cycle + 1, cycle):
+            a = np.asarray(rows[k : k + cycle])
+            m["slower"].append(float(1.0 - a[:, 1].sum() / a[:, 0].sum()))
+            m["self"].append(float(a[:, 2].sum() / a[:, 0].sum()))
+            m["accounted"].append(float(a[:, 3].sum() / a[:, 4].sum()))
     return out
 
 
-def _fmt(vals: list[float]) -> str:
-    med = statistics.median(vals)
-    return f"{100 * med:+6.2f}% [{100 * min(vals):+.1f}, {100 * max(vals):+.1f}] n={len(vals)}"
+def cycle_length(block: int, period: int, round_blocks: int) -> int:
+    """On blocks of one mode per cycle such that the cycle holds exactly one kernel window per
+    ``period`` steps of that mode: blocks of one mode start ``round_blocks * block`` steps
+    apart, so their offsets modulo ``period`` repeat every ``period / gcd(...)`` blocks."""
+    if block % period == 0:
+        return 1
+    if period % block:
+        raise SystemExit("--block must divide --period or be a multiple of it")
+    return period // math.gcd(round_blocks * block, period)
 
 
-def _print_overheads(ov: dict[str, dict[str, list[float]]]) -> None:
-    cols = [
-        ("throughput", "steps/s (issue metric)"),
-        ("median_step", "median step time"),
-        ("cpu", "CPU s/step, 4 ranks+sidecar"),
-        ("accounted", "accounted collector CPU"),
-    ]
-    print("  " + f"{'mode':8s}" + "".join(f"{title:>36s}" for _, title in cols))
+def median_ci(
+    vals: list[float], *, n_boot: int = 10_000, seed: int = 0
+) -> tuple[float, float, float]:
+    """Median of ``vals`` and a percentile-bootstrap 95% confidence interval of the median."""
+    a = np.asarray(vals, dtype=float)
+    rng = np.random.default_rng(seed)
+    boots = np.median(rng.choice(a, size=(n_boot, a.size), replace=True), axis=1)
+    lo, hi = np.percentile(boots, [2.5, 97.5])
+    return float(np.median(a)), float(lo), float(hi)
+
+
+def _pct(t: tuple[float, float, float]) -> str:
+    return f"{100 * t[0]:+.2f}% [{100 * t[1]:+.2f}, {100 * t[2]:+.2f}]"
+
+
+def summarize(ov: dict[str, dict[str, list[float]]]) -> dict[str, dict[str, Any]]:
+    """Median + CI per mode and reading."""
+    return {
+        mode: {k: {"n": len(v), "median_ci": median_ci(v)} for k, v in m.items()}
+        for mode, m in ov.items()
+    }
+
+
+def print_summary(summary: dict[str, dict[str, Any]]) -> None:
+    print(
+        f"  {'mode':8s} {'n':>3s} {'steps/s slower, median [95% CI]':>34s} "
+        f"{'train-thread self-time / step':>34s} {'accounted CPU / job CPU':>30s}"
+    )
     for mode in ("all", "phases", "kernels", "stacks"):
-        if mode in ov:
-            print("  " + f"{mode:8s}" + "".join(f"{_fmt(ov[mode][k]):>36s}" for k, _ in cols))
+        if mode not in summary:
+            continue
+        s = summary[mode]
+        print(
+            f"  {mode:8s} {s['slower']['n']:3d} {_pct(s['slower']['median_ci']):>34s} "
+            f"{_pct(s['self']['median_ci']):>34s} {_pct(s['accounted']['median_ci']):>30s}"
+        )
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--block", type=int, default=50, help="steps per block (multiple of period)")
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    ap.add_argument("--world-sizes", default="4,2", help="comma-separated rank counts")
+    ap.add_argument("--rounds", type=int, default=40, help="rounds of 8 blocks (multiple of 5)")
+    ap.add_argument("--block", type=int, default=10, help="steps per block")
     ap.add_argument("--period", type=int, default=50, help="kernel window every N steps")
     ap.add_argument("--stacks-hz", type=float, default=1.0)
-    ap.add_argument("--down-rounds", type=int, default=3)
+    ap.add_argument("--stacks-window-s", type=float, default=10.0)
+    ap.add_argument("--down-rounds", type=int, default=40, help="rounds of (off, all)")
+    ap.add_argument("--skip-up", action="store_true")
     ap.add_argument("--skip-down", action="store_true")
     ap.add_argument("--json", default=None, help="write all figures here")
     args = ap.parse_args()
-    if args.block % args.period:
-        raise SystemExit("--block must be a multiple of --period")
+    cyc_up = cycle_length(args.block, args.period, len(ROUND))
+    cyc_down = cycle_length(args.block, args.period, 2)
+    worlds = [int(w) for w in args.world_sizes.split(",")]
     settings = load_settings()
     prefix = f"bench{uuid.uuid4().hex[:8]}.argus"
     created = create_topics(settings, prefix=prefix, partitions=1)
     report: dict[str, Any] = {
         "args": vars(args),
-        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "date": time.strftime("%Y-%m-%d %H:%M %Z"),
         "cpus": os.cpu_count(),
+        "loadavg_start": Path("/proc/loadavg").read_text().split()[:3],
     }
+    # warm-up: a whole number of blocks, so kernel windows (every period steps) fall at fixed
+    # offsets inside blocks and each cycle of on blocks holds exactly one per period
+    warm = [("off", args.block * max(1, -(-10 // args.block)))]
     try:
-        with tempfile.TemporaryDirectory() as td:
-            sched = (
-                [("warmup_off", 10)]
-                + [(m, args.block) for _ in range(args.rounds) for m in ROUND]
-                + [("off", args.block)]
-            )
-            sched = [("off" if m == "warmup_off" else m, n) for m, n in sched]
-            print(f"run 1: broker up, {len(sched)} blocks of {args.block} steps ...", flush=True)
-            up = _run(
-                sched,
-                bootstrap=settings.bootstrap_servers,
-                prefix=prefix,
-                stacks_hz=args.stacks_hz,
-                period=args.period,
-                state_dir=Path(td),
-                label="up",
-            )
-            blocks = _block_metrics(up)
-            ov = _overheads(blocks)
-            report["up"] = {
-                "overheads": ov,
-                "blocks": blocks,
-                "collector": up["collector"],
-                "stack_dumps": up["stack_dumps"],
-                "sidecar_cpu_s": up["sidecar_cpu_s"],
-                "wall_s": up["wall_s"],
-            }
-            off = [b for b in blocks if b["mode"] == "off"]
-            print(
-                f"\noff: {statistics.median(b['sps'] for b in off):.3f} steps/s, median step "
-                f"{1e3 * statistics.median(b['median_step_s'] for b in off):.0f} ms, "
-                f"{1e3 * statistics.median(b['cpu_per_step_s'] for b in off):.0f} ms CPU/step"
-            )
-            _print_overheads(ov)
-            print(
-                f"  collector (rank 0): {up['collector']}; sidecar: {up['stack_dumps']} samples, "
-                f"{up['stack_batches']} batches, {up['sidecar_cpu_s']:.2f} s CPU"
-            )
-        if not args.skip_down:
-            with tempfile.TemporaryDirectory() as td:
+        for world in worlds:
+            if not args.skip_up:
+                sched = warm + [(m, args.block) for _ in range(args.rounds) for m in ROUND]
+                sched += [("off", args.block)]
+                print(f"\n[{world} ranks] broker up: {len(sched)} blocks ...", flush=True)
+                with tempfile.TemporaryDirectory() as td:
+                    up = _run(
+                        sched,
+                        world=world,
+                        bootstrap=settings.bootstrap_servers,
+                        prefix=prefix,
+                        stacks_hz=args.stacks_hz,
+                        stacks_window_s=args.stacks_window_s,
+                        period=args.period,
+                        state_dir=Path(td),
+                        label=f"up{world}",
+                    )
+                blocks = block_metrics(up)
+                summ = summarize(paired(blocks, cyc_up))
+                off = [b for b in blocks if b["mode"] == "off"]
+                print(
+                    f"  off: median {statistics.median(b['sps'] for b in off):.2f} steps/s, "
+                    f"{1e3 * statistics.median(b['step_s'] for b in off):.1f} ms/step; "
+                    f"load {Path('/proc/loadavg').read_text().split()[:3]}; "
+                    f"wall {up['wall_s']:.0f} s"
+                )
+                print_summary(summ)
+                print(
+                    f"  sidecar: {up['stack_samples']} samples in {up['stack_batches']} "
+                    f"batches over {up['sidecar_on_s']:.0f} s on, {up['sidecar_cpu_s']:.2f} s "
+                    f"CPU; collector rank 0: {up['collector']}",
+                    flush=True,
+                )
+                report[f"up{world}"] = {
+                    "summary": summ,
+                    "blocks": blocks,
+                    **{k: up[k] for k in ("collector", "wall_s", "sidecar_cpu_s", "sidecar_on_s")},
+                    **{k: up[k] for k in ("stack_samples", "stack_batches", "stack_dropped")},
+                    "loadavg_end": Path("/proc/loadavg").read_text().split()[:3],
+                }
+            if not args.skip_down:
                 port = _closed_port()
-                sched = (
-                    [("off", 10)]
-                    + [(m, args.block) for _ in range(args.down_rounds) for m in ("off", "all")]
-                    + [("off", args.block)]
+                sched = warm + [
+                    (m, args.block) for _ in range(args.down_rounds) for m in ("off", "all")
+                ]
+                sched += [("off", args.block)]
+                print(
+                    f"\n[{world} ranks] broker unreachable (127.0.0.1:{port}): "
+                    f"{len(sched)} blocks ...",
+                    flush=True,
                 )
-                print(f"\nrun 2: broker unreachable (127.0.0.1:{port}) ...", flush=True)
-                down = _run(
-                    sched,
-                    bootstrap=f"127.0.0.1:{port}",
-                    prefix=prefix,
-                    stacks_hz=args.stacks_hz,
-                    period=args.period,
-                    state_dir=Path(td),
-                    label="down",
+                with tempfile.TemporaryDirectory() as td:
+                    down = _run(
+                        sched,
+                        world=world,
+                        bootstrap=f"127.0.0.1:{port}",
+                        prefix=prefix,
+                        stacks_hz=args.stacks_hz,
+                        stacks_window_s=args.stacks_window_s,
+                        period=args.period,
+                        state_dir=Path(td),
+                        label=f"down{world}",
+                    )
+                blocks = block_metrics(down)
+                summ = summarize(paired(blocks, cyc_down))
+                print_summary(summ)
+                rss = [[round(x / 2**20) for x in b["rss_bytes"]] for b in blocks]
+                print(f"  RSS per block, MiB, per rank: {rss}")
+                print(
+                    f"  dropped per block (cumulative, per rank): {[b['dropped'] for b in blocks]}"
                 )
-                blocks = _block_metrics(down)
-                ov = _overheads(blocks)
-                rss = [b["rss_bytes"] for b in down["blocks"][1:]]
-                report["down"] = {
-                    "overheads": ov,
+                print(
+                    f"  training loop: {down['steps']} steps, exit 0, tracebacks "
+                    f"{down['tracebacks'] or 'none'}; collector rank 0: {down['collector']}; "
+                    f"sidecar records dropped {down['stack_dropped']}",
+                    flush=True,
+                )
+                report[f"down{world}"] = {
+                    "summary": summ,
                     "blocks": blocks,
                     "collector": down["collector"],
-                    "rss_bytes": rss,
+                    "tracebacks": down["tracebacks"],
+                    "stack_dropped": down["stack_dropped"],
+                    "loadavg_end": Path("/proc/loadavg").read_text().split()[:3],
                 }
-                _print_overheads(ov)
-                print(f"  rank-0 RSS per block (MiB): {[round(x / 2**20, 1) for x in rss]}")
-                print(
-                    f"  dropped (rank 0, cumulative, per block): "
-                    f"{[b.get('dropped') for b in down['blocks'][1:]]}"
-                )
-                print(
-                    f"  training loop completed {down['steps']} steps, exit 0; "
-                    f"collector {down['collector']}"
-                )
     finally:
         delete_topics(settings, created)
     if args.json:

@@ -219,7 +219,20 @@ def train(rank: int, world: int, args: argparse.Namespace) -> None:
             for lo, hi, mode in bounds:
                 if i == lo:
                     _apply_mode(col, mode, args.mode_file if rank == 0 else None)
-                    cur = {"mode": mode, "t0": None, "steps": 0, "first": lo, "n": hi - lo}
+                    # every step of a block is timed (a kernel window may fall on the first)
+                    now = time.perf_counter()
+                    cur = {
+                        "mode": mode,
+                        "t0": now,
+                        "last": now,
+                        "durs": [],
+                        "steps": 0,
+                        "first": lo,
+                        "n": hi - lo,
+                        "cpu0": time.process_time(),
+                        "bg0": _collector_threads_cpu_s(),
+                        "oh0": col.overhead_total_ns if col is not None else 0,
+                    }
         tokens = torch.randint(0, args.vocab, (args.batch, args.seq), generator=gen)
         with ac.step(i):
             logits = ddp(tokens[:, :-1])
@@ -230,21 +243,10 @@ def train(rank: int, world: int, args: argparse.Namespace) -> None:
             opt.step()
             opt.zero_grad(set_to_none=True)
         if cur is not None:
-            # the first step of a block pays the mode switch; time the rest
             now = time.perf_counter()
-            if cur["t0"] is None:
-                cur.update(
-                    t0=now,
-                    cpu0=time.process_time(),
-                    last=now,
-                    durs=[],
-                    bg0=_collector_threads_cpu_s(),
-                    oh0=col.overhead_total_ns if col is not None else 0,
-                )
-            else:
-                cur["steps"] += 1
-                cur["durs"].append(now - cur["last"])
-                cur["last"] = now
+            cur["steps"] += 1
+            cur["durs"].append(now - cur["last"])
+            cur["last"] = now
             if i == cur["first"] + cur["n"] - 1:
                 dt = now - cur["t0"]
                 rec = {

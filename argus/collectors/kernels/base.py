@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-__all__ = ["KernelColumns", "KernelSource", "columns_from_events"]
+__all__ = ["KernelColumns", "KernelSource", "columns_from_arrays", "columns_from_events"]
 
 
 @dataclass
@@ -50,11 +50,63 @@ class KernelColumns:
         return int(self.name_idx.shape[0])
 
 
-def _stream_kind(names: Sequence[str]) -> str:
-    for n in names:
-        if n.startswith(("ncclDevKernel", "ncclKernel")):
-            return "comm"
-    return "compute"
+_NCCL_PREFIXES = ("ncclDevKernel", "ncclKernel")
+
+
+def columns_from_arrays(
+    names: Sequence[str],
+    stream: np.ndarray,
+    start_ns: np.ndarray,
+    duration_ns: np.ndarray,
+    *,
+    max_events: int,
+    stream_kinds: dict[int, str] | None = None,
+    stream_labels: dict[int, str] | None = None,
+    dropped: int = 0,
+) -> KernelColumns:
+    """Build :class:`KernelColumns` from parallel per-event columns, vectorised.
+
+    Parameters
+    ----------
+    names : sequence of str, length n
+        Event names, in event order (the caller sorts by start when it wants time order).
+    stream, start_ns, duration_ns : (n,) integer arrays
+        Stream id (only the low 32 bits are kept), start (ns since epoch), duration (ns).
+    max_events : int
+        Events kept (the first ``max_events``); the rest are counted in ``dropped``.
+    stream_kinds, stream_labels : dict, optional
+        Per stream id; a stream without a kind is ``"comm"`` when it ran an NCCL kernel, else
+        ``"compute"``.
+
+    The name dictionary is in order of first appearance; streams are sorted by id.
+    """
+    n = min(len(names), max_events)
+    dropped += len(names) - n
+    sid = (np.asarray(stream[:n], dtype=np.int64) & 0xFFFFFFFF).astype(np.uint32)
+    start = np.asarray(start_ns[:n], dtype=np.int64)
+    dur = np.asarray(duration_ns[:n], dtype=np.int64)
+    if n:
+        uniq, first, inv = np.unique(
+            np.asarray(names[:n], dtype=object), return_index=True, return_inverse=True
+        )
+        order = np.argsort(first, kind="stable")
+        remap = np.empty(order.size, dtype=np.uint32)
+        remap[order] = np.arange(order.size, dtype=np.uint32)
+        idx = remap[inv.reshape(-1)]
+        name_list = [str(x) for x in uniq[order]]
+    else:
+        idx = np.empty(0, dtype=np.uint32)
+        name_list = []
+    nccl = np.array([x.startswith(_NCCL_PREFIXES) for x in name_list], dtype=bool)
+    kinds = stream_kinds or {}
+    labels = stream_labels or {}
+    streams = []
+    for s in np.unique(sid).tolist():
+        kind = kinds.get(s)
+        if kind is None:
+            kind = "comm" if bool(nccl[idx[sid == s]].any()) else "compute"
+        streams.append({"id": int(s), "kind": kind, "label": labels.get(s, "")})
+    return KernelColumns(name_list, idx, sid, start, dur, streams, dropped)
 
 
 def columns_from_events(
@@ -69,36 +121,20 @@ def columns_from_events(
 
     Events beyond ``max_events`` are counted in ``dropped``. A stream's kind is taken from
     ``stream_kinds`` when given, else ``"comm"`` when it ran an NCCL kernel, else
-    ``"compute"``.
+    ``"compute"``. See :func:`columns_from_arrays`.
     """
     kept = events[:max_events]
-    dropped += max(0, len(events) - max_events)
-    index: dict[str, int] = {}
-    names: list[str] = []
-    idx = np.empty(len(kept), dtype=np.uint32)
-    stream = np.empty(len(kept), dtype=np.uint32)
-    start = np.empty(len(kept), dtype=np.int64)
-    dur = np.empty(len(kept), dtype=np.int64)
-    per_stream: dict[int, list[str]] = {}
-    for i, (name, s, t0, d) in enumerate(kept):
-        j = index.get(name)
-        if j is None:
-            j = index[name] = len(names)
-            names.append(name)
-            per_stream.setdefault(s & 0xFFFFFFFF, []).append(name)
-        else:
-            per_stream.setdefault(s & 0xFFFFFFFF, [])
-        idx[i] = j
-        stream[i] = s & 0xFFFFFFFF
-        start[i] = t0
-        dur[i] = d
-    kinds = stream_kinds or {}
-    labels = stream_labels or {}
-    streams = [
-        {"id": int(s), "kind": kinds.get(s, _stream_kind(ns)), "label": labels.get(s, "")}
-        for s, ns in sorted(per_stream.items())
-    ]
-    return KernelColumns(names, idx, stream, start, dur, streams, dropped)
+    cols = np.array([e[1:] for e in kept], dtype=np.int64).reshape(-1, 3)
+    return columns_from_arrays(
+        [e[0] for e in kept],
+        cols[:, 0],
+        cols[:, 1],
+        cols[:, 2],
+        max_events=max_events,
+        stream_kinds=stream_kinds,
+        stream_labels=stream_labels,
+        dropped=dropped + max(0, len(events) - max_events),
+    )
 
 
 class KernelSource(Protocol):

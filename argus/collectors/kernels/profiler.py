@@ -19,7 +19,9 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from argus.collectors.kernels.base import KernelColumns, columns_from_events
+import numpy as np
+
+from argus.collectors.kernels.base import KernelColumns, columns_from_arrays
 
 __all__ = ["ProfilerSource"]
 
@@ -93,30 +95,34 @@ class ProfilerSource:
         gpu, main_tid, cap = self.gpu, self._main_tid, self.max_events
 
         def build() -> KernelColumns | None:
+            # delivery thread; holds the GIL, so kept short: one pass of pybind getters over
+            # the events, the rest vectorised (a CPU-only window has no device events, so the
+            # per-event device type is read only on GPU windows)
             results = prof.profiler.kineto_results
             if results is None:
                 return None
-            evs: list[tuple[str, int, int, int]] = []
-            for e in results.events():
-                name = e.name()
-                if name.startswith(_SKIP_PREFIXES):
-                    continue
-                is_cuda = "CUDA" in str(e.device_type())
-                if gpu:
-                    if not is_cuda:
-                        continue
-                elif is_cuda:
-                    continue
-                evs.append(
-                    (name, int(e.device_resource_id()), int(e.start_ns()), int(e.duration_ns()))
-                )
-            evs.sort(key=lambda t: t[2])
+            evs = results.events()
             if gpu:
-                return columns_from_events(evs, max_events=cap)
-            kinds = {s: ("compute" if s == main_tid else "unknown") for _, s, _, _ in evs}
-            labels = {s: f"thread {s}" + (" (training)" if s == main_tid else "") for s in kinds}
-            return columns_from_events(
-                evs, max_events=cap, stream_kinds=kinds, stream_labels=labels
+                evs = [e for e in evs if "CUDA" in str(e.device_type())]
+            names = [e.name() for e in evs]
+            keep = [i for i, n in enumerate(names) if not n.startswith(_SKIP_PREFIXES)]
+            if len(keep) < len(names):
+                evs = [evs[i] for i in keep]
+                names = [names[i] for i in keep]
+            stream = np.fromiter((e.device_resource_id() for e in evs), np.int64, len(evs))
+            start = np.fromiter((e.start_ns() for e in evs), np.int64, len(evs))
+            dur = np.fromiter((e.duration_ns() for e in evs), np.int64, len(evs))
+            order = np.argsort(start, kind="stable")
+            names = [names[i] for i in order.tolist()]
+            stream, start, dur = stream[order], start[order], dur[order]
+            if gpu:
+                return columns_from_arrays(names, stream, start, dur, max_events=cap)
+            ids = [int(x) for x in np.unique(stream & 0xFFFFFFFF).tolist()]
+            main = main_tid & 0xFFFFFFFF
+            kinds = {s: ("compute" if s == main else "unknown") for s in ids}
+            labels = {s: f"thread {s}" + (" (training)" if s == main else "") for s in ids}
+            return columns_from_arrays(
+                names, stream, start, dur, max_events=cap, stream_kinds=kinds, stream_labels=labels
             )
 
         return build
