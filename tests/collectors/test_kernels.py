@@ -67,3 +67,56 @@ def test_cpu_op_events_arrive_as_kernel_batches(prefixed: Settings) -> None:
         assert (np.diff(start) >= 0).all()
         assert {s["id"] for s in r["streams"]} == set(stream.tolist())
         assert "compute" in {s["kind"] for s in r["streams"]}
+
+
+def test_columns_from_arrays_per_stream_kinds_and_first_appearance_order() -> None:
+    from argus.collectors.kernels import columns_from_arrays
+
+    names = ["gemm", "ncclDevKernel_AllReduce", "gemm", "softmax", "ncclDevKernel_AllReduce"]
+    stream = np.array([3, 7, 9, 3, 7], dtype=np.int64)
+    cols = columns_from_arrays(
+        names,
+        stream,
+        np.arange(5, dtype=np.int64) * 10,
+        np.ones(5, dtype=np.int64),
+        max_events=4,
+        stream_labels={7: "nccl"},
+    )
+    assert cols.names == ["gemm", "ncclDevKernel_AllReduce", "softmax"]
+    assert cols.name_idx.dtype == np.uint32 and cols.name_idx.tolist() == [0, 1, 0, 2]
+    assert cols.dropped == 1 and len(cols) == 4
+    # stream 9 ran only gemm (seen first on stream 3): compute; 7 ran NCCL: comm
+    assert [(s["id"], s["kind"], s["label"]) for s in cols.streams] == [
+        (3, "compute", ""),
+        (7, "comm", "nccl"),
+        (9, "compute", ""),
+    ]
+    empty = columns_from_arrays([], np.empty(0), np.empty(0), np.empty(0), max_events=10)
+    assert len(empty) == 0 and empty.names == [] and empty.streams == []
+
+
+def test_cpu_profiler_window_builds_time_ordered_columns_off_thread() -> None:
+    torch = pytest.importorskip("torch")
+    import threading
+
+    from argus.collectors.kernels.profiler import ProfilerSource
+
+    src = ProfilerSource(gpu=False, max_events=100_000)
+    src.warm_up()
+    m = torch.nn.Linear(16, 16)
+    src.start_window()
+    m(torch.randn(4, 16)).sum().backward()
+    build = src.end_window()
+    out: list = []
+    t = threading.Thread(target=lambda: out.append(build()))  # as on the delivery thread
+    t.start()
+    t.join()
+    cols = out[0]
+    assert cols is not None and len(cols) > 5
+    assert np.all(np.diff(cols.start_ns) >= 0)
+    assert any(n.startswith("aten::") for n in cols.names)
+    assert not any(n.startswith(("ProfilerStep", "[memory]")) for n in cols.names)
+    main = threading.get_native_id() & 0xFFFFFFFF
+    kinds = {s["id"]: (s["kind"], s["label"]) for s in cols.streams}
+    assert kinds[main] == ("compute", f"thread {main} (training)")
+    assert int(cols.name_idx.max()) < len(cols.names)

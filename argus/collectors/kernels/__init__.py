@@ -5,9 +5,20 @@ from __future__ import annotations
 
 import logging
 
-from argus.collectors.kernels.base import KernelColumns, KernelSource, columns_from_events
+from argus.collectors.kernels.base import (
+    KernelColumns,
+    KernelSource,
+    columns_from_arrays,
+    columns_from_events,
+)
 
-__all__ = ["KernelColumns", "KernelSource", "columns_from_events", "make_kernel_source"]
+__all__ = [
+    "KernelColumns",
+    "KernelSource",
+    "columns_from_arrays",
+    "columns_from_events",
+    "make_kernel_source",
+]
 
 log = logging.getLogger("argus.collectors.kernels")
 
