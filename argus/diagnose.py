@@ -138,11 +138,10 @@ def batch_summaries(rec: Mapping[str, Any], kde_config: Any = None) -> dict[str,
     DetectorInputError
         Inconsistent columns (the message says which).
     """
-    from argus.streams.kde import PAPER
     from argus.streams.summary_record import BatchError, summarize_batch
 
     try:
-        return summarize_batch(rec, config=kde_config or PAPER)
+        return summarize_batch(rec, config=kde_config)  # None: the compressor's default
     except BatchError as exc:
         raise DetectorInputError(
             f"kernel_batch {rec.get('job')}/{rec.get('rank')} window {rec.get('window_id')}: {exc}"

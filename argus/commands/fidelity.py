@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-_METHODS = ("kde-p50p99", "kde-q4i")
+_METHODS = ("kde-p50p99", "kde-q4i", "kde-q7l")
 
 
 def _configs(method: str) -> list[Any]:

@@ -29,8 +29,9 @@ import numpy.typing as npt
 from scipy.stats import rankdata
 
 from argus.streams import synth
-from argus.streams.kde import PAPER, KdeConfig, Summary, summarize_many
+from argus.streams.kde import DEFAULT, PAPER, KdeConfig, Summary, summarize_many
 from argus.streams.lognormal import default_probs, pairwise_w1, quantile_matrix
+from argus.streams.quantile_wire import through_wire
 from argus.streams.summary_record import _kid, batch_columns, groups_from_summary
 
 __all__ = [
@@ -200,17 +201,16 @@ def _event_keys(batch: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
     return key, dur
 
 
-def _to_wire(s: Summary) -> Summary:
-    """The summary as it arrives after the float32 wire."""
-    return Summary(
-        s.quantile_levels, s.counts, s.quantiles_ns.astype(np.float32).astype(np.float64), s.method
-    )
+def _to_wire(s: Summary, encoding: str) -> Summary:
+    """The summary as it arrives after the wire (``encoding`` of :mod:`.quantile_wire`)."""
+    q = through_wire(s.quantiles_ns, s.quantile_levels, encoding)
+    return Summary(s.quantile_levels, s.counts, q, s.method)
 
 
 def check_batches(
     batches: Sequence[Mapping[str, Any]],
     *,
-    config: KdeConfig = PAPER,
+    config: KdeConfig = DEFAULT,
     summaries: Sequence[Mapping[str, Any]] | None = None,
     max_groups: int | None = 8,
     min_events: int = 8,
@@ -224,7 +224,8 @@ def check_batches(
     ----------
     batches : sequence of R decoded ``kernel_batch`` records of the same window.
     config : KdeConfig
-        Used to summarise when ``summaries`` is not given.
+        Used to summarise (and to encode, as the wire would) when ``summaries`` is not
+        given; the compressor's default method by default.
     summaries : sequence of R decoded ``kernel_summary`` records, optional
         The published summaries of the same ranks (checked as they travelled).
     max_groups : int or None
@@ -285,7 +286,10 @@ def check_batches(
     if summaries is None:
         many = summarize_many(gid, dur, config=config)
         row = {int(g): i for i, g in enumerate(many.group_ids)}
-        recon = [[_to_wire(many.summary(row[r * n_k + k])) for r in range(n_r)] for k in range(n_k)]
+        enc = config.quantile_encoding
+        recon = [
+            [_to_wire(many.summary(row[r * n_k + k]), enc) for r in range(n_r)] for k in range(n_k)
+        ]
     else:
         want = [(k >> 32, k & 0xFFFFFFFF) for k in chosen]
         pubs = [groups_from_summary(s, keys=want) for s in summaries]
@@ -393,7 +397,7 @@ def evaluate_synthetic(
                 raws.append(dsorted[a:b])
                 hit = np.searchsorted(many.group_ids, g)
                 if hit < many.n_groups and many.group_ids[hit] == g:
-                    sums.append(_to_wire(many.summary(int(hit))))
+                    sums.append(_to_wire(many.summary(int(hit)), config.quantile_encoding))
                 else:
                     sums.append(
                         Summary(

@@ -3,7 +3,8 @@
 For every (kernel, stream) group of one rank-window, the log-durations are smoothed with a
 Gaussian kernel density estimate; the density's valleys split the group into clusters, and
 each cluster is kept as ``(count, quantiles)``: the paper's ``(count, p50, p99)``, or more
-quantile levels for the improved method (see :data:`PAPER` and :data:`ROBUST`).
+quantile levels for the improved methods (see :data:`PAPER`, :data:`ROBUST` and
+:data:`COMPACT`, the default).
 
 How it is computed (all groups at once, no Python loop per group or per event)
 -------------------------------------------------------------------------------
@@ -22,7 +23,9 @@ How it is computed (all groups at once, no Python loop per group or per event)
 5. Valleys are the density's local minima (a flat run counts once, at its right end). A
    valley is kept, scanning left to right, when the cluster it closes has at least
    ``min_samples_per_side`` events, the cluster it opens can still have that many, and it lies
-   at least ``min_log_gap`` from the previous kept boundary. With ``isolate_log_gap`` set
+   at least ``min_log_gap`` from the previous kept boundary, and (with ``valley_depth`` < 1,
+   the improved methods) its density is at most that fraction of the lower neighbouring
+   peak. With ``isolate_log_gap`` set
    (the improved method), a split where the sorted data has an empty gap of at least that
    many log-units is kept even when a side has fewer events: a rare 40× JIT spike becomes a
    one-event cluster instead of vanishing inside its neighbour's p99. Boundaries also keep
@@ -51,8 +54,11 @@ import numpy.typing as npt
 
 from argus.config import ConfigError
 from argus.schemas.errors import ArgusError
+from argus.streams.quantile_wire import ENCODINGS
 
 __all__ = [
+    "COMPACT",
+    "DEFAULT",
     "PAPER",
     "ROBUST",
     "Cluster",
@@ -122,6 +128,16 @@ class KdeConfig:
     max_clusters : int
         Most clusters per group (≤ 255: the wire field is uint8). Extra boundaries are
         dropped, keeping those with the widest data gaps.
+    valley_depth : float
+        Keep a valley only where the density is at most this fraction of the lower of its
+        two neighbouring peaks (1: any local minimum, the paper). Scott's bandwidth leaves
+        shallow noise dips in ~2 % of unimodal samples of 20-1,000 events; refinement, which
+        re-runs the search inside each mode with the mode's own smaller bandwidth, turns
+        them into spurious splits. Splits at a data gap of ``isolate_log_gap`` always pass.
+    quantile_encoding : {"float32", "log16"}
+        How ``kernel_summary`` carries the quantiles (:mod:`argus.streams.quantile_wire`):
+        all levels as float32 (4 B each), or the float32 median plus int16 log offsets of
+        the other levels (2 B each, relative error ≤ 2.5e-4).
     """
 
     method: str = "kde-p50p99"
@@ -136,6 +152,8 @@ class KdeConfig:
     isolate_log_gap: float = math.inf
     refine_passes: int = 0
     max_clusters: int = 32
+    valley_depth: float = 1.0
+    quantile_encoding: str = "float32"
 
     def __post_init__(self) -> None:
         lv = tuple(float(v) for v in self.quantile_levels)
@@ -150,6 +168,10 @@ class KdeConfig:
             )
         if 0.5 not in lv or 0.99 not in lv:
             raise ConfigError(f"kde.quantile_levels must contain 0.5 and 0.99, got {lv}")
+        if self.quantile_encoding not in ENCODINGS:
+            raise ConfigError(
+                f"kde.quantile_encoding must be one of {ENCODINGS}, got {self.quantile_encoding!r}"
+            )
         if self.bandwidth_rule not in ("scott", "silverman"):
             raise ConfigError(
                 f"kde.bandwidth_rule must be scott or silverman, got {self.bandwidth_rule!r}"
@@ -164,6 +186,7 @@ class KdeConfig:
             "isolate_log_gap": self.isolate_log_gap > 0,
             "max_clusters": 1 <= self.max_clusters <= 255,
             "refine_passes": 0 <= self.refine_passes <= 8,
+            "valley_depth": 0.0 < self.valley_depth <= 1.0,
         }
         for name, ok in checks.items():
             if not ok:
@@ -175,11 +198,12 @@ class KdeConfig:
     def from_mapping(cls, values: Any) -> KdeConfig:
         """Build from a settings section (e.g. ``settings.section("streams").get("kde")``).
 
-        ``method`` alone selects a preset (``kde-p50p99`` or ``kde-q4i``); other keys
-        override its fields. Unknown keys raise :class:`~argus.config.ConfigError`.
+        ``method`` alone selects a preset (``kde-p50p99``, ``kde-q4i`` or ``kde-q7l``;
+        :data:`DEFAULT` when absent); other keys override its fields. Unknown keys raise
+        :class:`~argus.config.ConfigError`.
         """
         values = dict(values or {})
-        base = config_for_method(str(values.pop("method", PAPER.method)))
+        base = config_for_method(str(values.pop("method", DEFAULT.method)))
         known = set(cls.__dataclass_fields__)
         unknown = sorted(set(values) - known)
         if unknown:
@@ -197,22 +221,45 @@ PAPER = KdeConfig()
 
 #: The improved summary ``kde-q4i``: quantiles (p10, p50, p90, p99) per cluster, far outliers
 #: (JIT spikes) isolated as their own clusters, and two refinement passes that split modes
-#: Scott's bandwidth smooths together. ~1.5x the paper's bytes (still > 3,700x smaller than
+#: Scott's bandwidth smooths together (only at valleys <= 0.8 of the lower peak, so noise
+#: dips inside one mode do not split it). ~1.5x the paper's bytes (still > 3,700x smaller than
 #: Kineto JSON); rank-comparison fidelity 0.92-1.0 instead of 0.77-0.93 (BENCHMARKS.md,
-#: "Compression"). For i.i.d. healthy ranks, stationary kernels need ~6 quantiles or a
-#: smaller bandwidth (factor 0.5) for rho >= 0.95, at ~3,100-3,300x.
+#: "Compression"). For i.i.d. healthy ranks, stationary kernels need more quantiles for
+#: rho >= 0.95: :data:`COMPACT` keeps 7 in the same bytes.
 ROBUST = KdeConfig(
     method="kde-q4i",
     quantile_levels=(0.1, 0.5, 0.9, 0.99),
     isolate_log_gap=1.0,
     refine_passes=2,
+    valley_depth=0.8,
 )
 
-_PRESETS = {PAPER.method: PAPER, ROBUST.method: ROBUST}
+#: The default summary ``kde-q7l``: ``kde-q4i``'s clustering (outlier isolation, two
+#: refinement passes) with 7 quantile levels (p5, p20, p35, p50, p70, p90, p99) sent as the
+#: float32 median plus int16 log offsets (:mod:`argus.streams.quantile_wire`): 20 bytes per
+#: cluster like ``kde-q4i``'s four float32, and enough of each cluster's shape that the
+#: reconstructed W1 orders even i.i.d. healthy ranks' sampling noise as the raw data do
+#: (stationary median Spearman 0.97 instead of 0.93). Levels chosen by measurement
+#: (BENCHMARKS.md, "Compression", table 4): W1 weighs the upper part of a duration
+#: distribution most, so the levels are denser there; 8 levels would break the 3,700x bar.
+COMPACT = KdeConfig(
+    method="kde-q7l",
+    quantile_levels=(0.05, 0.2, 0.35, 0.5, 0.7, 0.9, 0.99),
+    isolate_log_gap=1.0,
+    refine_passes=2,
+    valley_depth=0.8,
+    quantile_encoding="log16",
+)
+
+#: What the compressor (``summarize_batch``), ``argus diagnose`` and replay use when no
+#: method is configured.
+DEFAULT = COMPACT
+
+_PRESETS = {PAPER.method: PAPER, ROBUST.method: ROBUST, COMPACT.method: COMPACT}
 
 
 def config_for_method(method: str) -> KdeConfig:
-    """The preset named ``method`` (``"kde-p50p99"`` or ``"kde-q4i"``)."""
+    """The preset named ``method`` (``"kde-p50p99"``, ``"kde-q4i"`` or ``"kde-q7l"``)."""
     try:
         return _PRESETS[method]
     except KeyError:
@@ -641,8 +688,9 @@ def _valley_splits(
     cum = np.concatenate(([0], np.cumsum(hist)))
     pos = cum[cand]  # split index into xs: events in bins < cand go left
     cg = np.searchsorted(goff, cand, side="right") - 1
+    deep = _deep_valleys(dens, cand, goff, config.valley_depth)
     return _filter_valleys(
-        cand, pos, cg, xs, starts, ends, goff, gmin, gmax, step, pad, splittable, config
+        cand, pos, cg, deep, xs, starts, ends, goff, gmin, gmax, step, pad, splittable, config
     )
 
 
@@ -666,10 +714,24 @@ def _cluster_quantiles(
     return out
 
 
+def _deep_valleys(dens: np.ndarray, cand: np.ndarray, goff: np.ndarray, depth: float) -> np.ndarray:
+    """(V,) bool: valley ``cand[v]`` (grid index) has a density at most ``depth`` times the
+    lower of the two density maxima between it and its neighbouring valleys (or the ends of
+    its segment's grid). All True when ``depth >= 1``."""
+    if depth >= 1.0:
+        return np.ones(cand.size, dtype=bool)
+    edges = np.unique(np.concatenate((goff, cand)))
+    seg_max = np.maximum.reduceat(dens, edges)  # max over [edges[i], edges[i + 1])
+    i = np.searchsorted(edges, cand)  # cand > its segment's first grid point: i >= 1
+    out: np.ndarray = dens[cand] <= depth * np.minimum(seg_max[i - 1], seg_max[i])
+    return out
+
+
 def _filter_valleys(
     cand: np.ndarray,
     pos: np.ndarray,
     cg: np.ndarray,
+    deep: np.ndarray,
     xs: np.ndarray,
     starts: np.ndarray,
     ends: np.ndarray,
@@ -687,11 +749,12 @@ def _filter_valleys(
     right = ends[cg] - pos
     inside = (left > 0) & (right > 0) & splittable[cg]
     cand, pos, cg, left, right = cand[inside], pos[inside], cg[inside], left[inside], right[inside]
+    deep = deep[inside]
     if cand.size == 0:
         return pos
     gap = xs[pos] - xs[pos - 1]
     strong = gap >= config.isolate_log_gap
-    ok = strong | ((left >= m) & (right >= m))
+    ok = strong | ((left >= m) & (right >= m) & deep)
     cand, pos, cg, gap, strong = cand[ok], pos[ok], cg[ok], gap[ok], strong[ok]
     if cand.size == 0:
         return pos

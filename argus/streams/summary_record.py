@@ -10,7 +10,15 @@
 
 Columns follow ``argus/schemas/kernel_summary.avsc``: ``group_kernel`` uint32 (G,),
 ``group_stream`` uint32 (G,), ``group_clusters`` uint8 (G,), ``cluster_count`` uint32 (C,),
-``cluster_quantiles_ns`` float32 (C, L) row-major, ``extra`` empty (no method uses it yet).
+``extra`` empty (no method uses it yet), and the quantiles in one of two encodings
+(:mod:`argus.streams.quantile_wire`, chosen by ``KdeConfig.quantile_encoding``):
+
+* ``float32``: ``cluster_quantiles_ns`` float32 (C, L) row-major, ``cluster_log_offsets`` empty;
+* ``log16``: ``cluster_quantiles_ns`` float32 (C,) medians, ``cluster_log_offsets`` int16
+  (C, L − 1) row-major, the other levels as log offsets from the median.
+
+Readers need not care: :func:`groups_from_summary` (and ``_summary_columns``) always give the
+(C, L) quantiles in ns.
 """
 
 from __future__ import annotations
@@ -23,7 +31,8 @@ import numpy as np
 
 from argus.schemas.arrays import kernel_id, pack, unpack
 from argus.schemas.errors import ArgusError
-from argus.streams.kde import PAPER, KdeConfig, ManySummary, Summary, summarize_many
+from argus.streams.kde import DEFAULT, PAPER, KdeConfig, ManySummary, Summary, summarize_many
+from argus.streams.quantile_wire import decode_log16, encode_log16, median_index
 
 __all__ = [
     "BatchError",
@@ -115,8 +124,12 @@ def summary_from_many(
     header: Mapping[str, Any],
     names_by_id: Mapping[int, str],
     announced: set[int] | None,
+    quantile_encoding: str = "float32",
 ) -> dict[str, Any]:
-    """A ``kernel_summary`` record from a :class:`ManySummary` and the groups' (kernel, stream)."""
+    """A ``kernel_summary`` record from a :class:`ManySummary` and the groups' (kernel, stream).
+
+    ``quantile_encoding`` is ``"float32"`` or ``"log16"`` (see the module doc).
+    """
     gk = np.asarray(kernel_of_group, dtype=np.uint32)
     gs = np.asarray(stream_of_group, dtype=np.uint32)
     order = np.lexsort((gs, gk))  # deterministic record layout: by kernel id, then stream
@@ -126,6 +139,14 @@ def summary_from_many(
         if order.size
         else np.zeros(0, np.int64)
     )
+    q = many.cluster_quantiles_ns[rows]
+    if quantile_encoding == "log16":
+        med, offsets = encode_log16(q, many.quantile_levels)
+        q_col, off_col = pack(med, "float32"), pack(offsets.reshape(-1), "int16")
+    elif quantile_encoding == "float32":
+        q_col, off_col = pack(q.reshape(-1), "float32"), b""
+    else:
+        raise ValueError(f"unknown quantile encoding {quantile_encoding!r}")
     used = sorted({int(k) for k in gk})
     new = [k for k in used if announced is None or k not in announced]
     return {
@@ -143,7 +164,8 @@ def summary_from_many(
         "group_stream": pack(gs[order], "uint32"),
         "group_clusters": pack(many.group_clusters[order], "uint8"),
         "cluster_count": pack(many.cluster_count[rows], "uint32"),
-        "cluster_quantiles_ns": pack(many.cluster_quantiles_ns[rows].reshape(-1), "float32"),
+        "cluster_quantiles_ns": q_col,
+        "cluster_log_offsets": off_col,
         "extra": b"",
         "n_events": int(many.group_n.sum()),
         "rejected": int(many.rejected.total),
@@ -153,7 +175,7 @@ def summary_from_many(
 def summarize_batch(
     batch: Mapping[str, Any],
     *,
-    config: KdeConfig = PAPER,
+    config: KdeConfig | None = None,
     announced: set[int] | None = None,
 ) -> dict[str, Any]:
     """Compress one decoded ``kernel_batch`` record into a ``kernel_summary`` record.
@@ -162,8 +184,9 @@ def summarize_batch(
     ----------
     batch : mapping
         A ``kernel_batch`` record as ``Codec.decode`` returns it.
-    config : KdeConfig
-        Summary method and clustering parameters (:data:`~argus.streams.kde.PAPER` default).
+    config : KdeConfig, optional
+        Summary method, clustering parameters and quantile encoding; None means
+        :data:`~argus.streams.kde.DEFAULT` (``kde-q7l``), what the compressor agent uses.
     announced : set of int, optional
         Kernel ids this producer has already published names for. When given, the record's
         ``kernel_names`` holds only the ids not in it; when None, every used id is named.
@@ -182,6 +205,7 @@ def summarize_batch(
         Inconsistent columns (see :func:`batch_columns`). Invalid durations are not errors:
         they are counted in ``rejected``.
     """
+    config = DEFAULT if config is None else config
     names, name_idx, stream, dur = batch_columns(batch)
     gid, uk, us = _group_index(names, name_idx, stream)
     many = summarize_many(gid, dur, config=config)
@@ -190,17 +214,45 @@ def summarize_batch(
     gs = us[many.group_ids % width] if many.n_groups else np.zeros(0, np.uint32)
     names_by_id = {_kid(n): n for n in names}
     return summary_from_many(
-        many, gk, gs, header=batch, names_by_id=names_by_id, announced=announced
+        many,
+        gk,
+        gs,
+        header=batch,
+        names_by_id=names_by_id,
+        announced=announced,
+        quantile_encoding=config.quantile_encoding,
     )
 
 
 def _summary_columns(record: Mapping[str, Any]) -> tuple[np.ndarray, ...]:
+    """Decode and check the columns of a ``kernel_summary`` record, whatever its encoding.
+
+    Returns
+    -------
+    gk, gs : (G,) uint32
+        Kernel id and stream of each group.
+    gc : (G,) uint8
+        Clusters per group (the clusters of group g follow those of group g − 1).
+    cc : (C,) uint32
+        Events per cluster.
+    q : (C, L) float, ns
+        Quantiles of every cluster at every level (decoded from ``log16`` when the record
+        carries ``cluster_log_offsets``; float32 values as sent otherwise).
+    levels : (L,) float64
+
+    Raises
+    ------
+    BatchError
+        ``bad-summary``: a missing field, a byte length that is not a whole number of
+        items, or columns whose lengths disagree with ``group_clusters`` and the levels.
+    """
     try:
         gk = unpack(record["group_kernel"], "uint32", field="group_kernel")
         gs = unpack(record["group_stream"], "uint32", field="group_stream")
         gc = unpack(record["group_clusters"], "uint8", field="group_clusters")
         cc = unpack(record["cluster_count"], "uint32", field="cluster_count")
         q = unpack(record["cluster_quantiles_ns"], "float32", field="cluster_quantiles_ns")
+        off = unpack(record.get("cluster_log_offsets") or b"", "int16", field="cluster_log_offsets")
         levels = np.asarray(record["quantile_levels"], dtype=np.float64)
     except KeyError as exc:
         raise BatchError("bad-summary", f"kernel_summary lacks field {exc}") from None
@@ -209,13 +261,28 @@ def _summary_columns(record: Mapping[str, Any]) -> tuple[np.ndarray, ...]:
     if not (gk.size == gs.size == gc.size):
         raise BatchError("bad-summary", f"group columns have {gk.size}/{gs.size}/{gc.size} entries")
     n_clusters = int(gc.sum(dtype=np.int64))
-    if cc.size != n_clusters or q.size != n_clusters * levels.size:
+    n_levels = levels.size
+    if off.size == 0:
+        if cc.size != n_clusters or q.size != n_clusters * n_levels:
+            raise BatchError(
+                "bad-summary",
+                f"group_clusters sums to {n_clusters} but cluster_count has {cc.size} entries "
+                f"and cluster_quantiles_ns {q.size} values for {n_levels} levels",
+            )
+        return gk, gs, gc, cc, q.reshape(n_clusters, n_levels), levels
+    try:
+        median_index(levels)
+    except ValueError as exc:
+        raise BatchError("bad-summary", f"cluster_log_offsets given but {exc}") from None
+    if cc.size != n_clusters or q.size != n_clusters or off.size != n_clusters * (n_levels - 1):
         raise BatchError(
             "bad-summary",
-            f"group_clusters sums to {n_clusters} but cluster_count has {cc.size} entries and "
-            f"cluster_quantiles_ns {q.size} values for {levels.size} levels",
+            f"group_clusters sums to {n_clusters} but cluster_count has {cc.size} entries, "
+            f"cluster_quantiles_ns {q.size} medians and cluster_log_offsets {off.size} "
+            f"offsets for {n_levels} levels (log16 needs {n_clusters} and "
+            f"{n_clusters * (n_levels - 1)})",
         )
-    return gk, gs, gc, cc, q.reshape(n_clusters, levels.size), levels
+    return gk, gs, gc, cc, decode_log16(q, off, levels), levels
 
 
 def groups_from_summary(
@@ -223,8 +290,8 @@ def groups_from_summary(
 ) -> dict[tuple[int, int], Summary]:
     """``{(kernel_id, stream): Summary}`` of a decoded ``kernel_summary`` record.
 
-    Quantiles come back as float64 from the wire's float32. With ``keys``, only those groups
-    (the ones present) are built.
+    Quantiles come back as float64 from the wire's float32 (or ``log16``) encoding. With
+    ``keys``, only those groups (the ones present) are built.
 
     Raises
     ------

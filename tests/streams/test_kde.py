@@ -186,6 +186,19 @@ def test_refinement_splits_modes_that_scott_smooths_together() -> None:
     assert summarize(d, config=ROBUST).counts.tolist() == [40] * 6
 
 
+def test_valley_depth_keeps_noise_dips_from_splitting_one_mode() -> None:
+    # seed 152: Scott's KDE of these 48 log-normal durations has a shallow dip at the middle
+    d = np.random.default_rng(152).lognormal(4, 0.1, 48)
+    assert summarize(d, config=PAPER).counts.tolist() == [24, 24]
+    assert summarize(d, config=dataclasses.replace(ROBUST, valley_depth=1.0)).counts.size == 2
+    for cfg in (ROBUST, kde.COMPACT):
+        assert summarize(d, config=cfg).counts.tolist() == [48]
+    # a real valley between close modes (1.3x apart) is deep: still split
+    rng = np.random.default_rng(3)
+    two = np.r_[rng.lognormal(4, 0.03, 200), rng.lognormal(4 + np.log(1.3), 0.03, 200)]
+    assert summarize(two, config=kde.COMPACT).counts.tolist() == [200, 200]
+
+
 def test_max_clusters_keeps_widest_gaps() -> None:
     rng = np.random.default_rng(2)
     d = np.concatenate([rng.lognormal(c, 0.01, 40) for c in (6, 7.5, 9, 13, 14.5, 16)])
@@ -223,6 +236,9 @@ def test_lexsort_fallback_gives_the_same_result(monkeypatch: pytest.MonkeyPatch)
         {"max_clusters": 256},
         {"min_log_gap": -1},
         {"method": ""},
+        {"quantile_encoding": "float16"},
+        {"valley_depth": 0.0},
+        {"valley_depth": 1.5},
     ],
 )
 def test_config_validation(kwargs: dict) -> None:
@@ -231,8 +247,10 @@ def test_config_validation(kwargs: dict) -> None:
 
 
 def test_config_from_mapping_and_presets() -> None:
-    assert KdeConfig.from_mapping(None) == PAPER
+    assert KdeConfig.from_mapping(None) == kde.DEFAULT == kde.COMPACT
+    assert KdeConfig.from_mapping({"method": "kde-p50p99"}) == PAPER
     assert KdeConfig.from_mapping({"method": "kde-q4i"}) == ROBUST
+    assert kde.COMPACT.quantile_encoding == "log16" and len(kde.COMPACT.quantile_levels) == 7
     c = KdeConfig.from_mapping(
         {"method": "kde-q4i", "min_log_gap": 0.3, "quantile_levels": [0.5, 0.99]}
     )

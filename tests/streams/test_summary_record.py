@@ -9,7 +9,8 @@ from argus.schemas.arrays import kernel_id, pack
 from argus.schemas.codec import Codec
 from argus.streams import summary_record as sr
 from argus.streams import synth
-from argus.streams.kde import PAPER, ROBUST, summarize
+from argus.streams.kde import COMPACT, DEFAULT, PAPER, ROBUST, summarize
+from argus.streams.quantile_wire import LOG16_MAX_REL_ERROR
 
 
 def _batch(
@@ -43,7 +44,7 @@ def batch() -> dict:
     )
 
 
-@pytest.mark.parametrize("cfg", [PAPER, ROBUST])
+@pytest.mark.parametrize("cfg", [PAPER, ROBUST, COMPACT])
 def test_round_trip_through_avro_matches_the_core(batch: dict, cfg) -> None:
     codec = Codec()
     rec = sr.summarize_batch(batch, config=cfg)
@@ -58,7 +59,9 @@ def test_round_trip_through_avro_matches_the_core(batch: dict, cfg) -> None:
     for (k, s), got in list(groups.items())[:25]:
         want = summarize(dur[(kid == k) & (stream == s)], config=cfg)
         assert got.counts.tolist() == want.counts.tolist()
-        np.testing.assert_allclose(got.quantiles_ns, want.quantiles_ns, rtol=1e-6)  # float32 wire
+        # float32 wire: 6e-8; log16: half a log step (plus the float32 median)
+        rtol = 1e-6 if cfg.quantile_encoding == "float32" else LOG16_MAX_REL_ERROR + 1e-6
+        np.testing.assert_allclose(got.quantiles_ns, want.quantiles_ns, rtol=rtol)
     keys = list(groups)
     assert keys == sorted(keys)  # layout ordered by (kernel id, stream)
 
@@ -134,3 +137,61 @@ def test_inconsistent_summary_raises(batch: dict) -> None:
         sr.groups_from_summary(bad)
     with pytest.raises(sr.BatchError, match="bad-summary"):
         sr.groups_from_summary(dict(rec, quantile_levels=[0.5]))
+
+
+def test_default_is_the_compact_log16_encoding(batch: dict) -> None:
+    codec = Codec()
+    rec = sr.summarize_batch(batch)
+    assert DEFAULT is COMPACT and rec["method"] == "kde-q7l"
+    c, n_levels = len(rec["cluster_count"]) // 4, len(rec["quantile_levels"])
+    assert len(rec["cluster_quantiles_ns"]) == 4 * c  # float32 medians only
+    assert len(rec["cluster_log_offsets"]) == 2 * c * (n_levels - 1)  # int16 offsets
+    gk, _gs, gc, cc, q, levels = sr._summary_columns(rec)
+    assert gk.size == gc.size and cc.size == c
+    assert (
+        q.shape == (c, n_levels)
+        and q.dtype.kind == "f"
+        and levels.tolist() == rec["quantile_levels"]
+    )
+    assert np.all(np.diff(q, axis=1) >= 0) and np.all(q > 0)
+    # 7 levels cost what kde-q4i's 4 float32 levels cost (20 bytes per cluster)
+    q4i = sr.summarize_batch(batch, config=ROBUST)
+    c4 = len(q4i["cluster_count"]) // 4
+    per_q7 = (len(rec["cluster_quantiles_ns"]) + len(rec["cluster_log_offsets"])) / c
+    assert per_q7 == 4 + 2 * 6 and len(q4i["cluster_quantiles_ns"]) / c4 == 16
+    old = sr.summarize_batch(batch, config=PAPER)
+    assert old["cluster_log_offsets"] == b""
+    back = codec.decode_as("kernel_summary", codec.encode("kernel_summary", rec))
+    assert back["cluster_log_offsets"] == rec["cluster_log_offsets"]
+
+
+@pytest.mark.parametrize(
+    ("mutate", "match"),
+    [
+        (lambda r: r.update(cluster_log_offsets=r["cluster_log_offsets"][:-2]), "log16 needs"),
+        (
+            lambda r: r.update(cluster_log_offsets=r["cluster_log_offsets"] + b"\x00"),
+            "multiple of 2",
+        ),
+        (lambda r: r.update(cluster_quantiles_ns=r["cluster_quantiles_ns"][:-4]), "medians"),
+        (lambda r: r.update(cluster_quantiles_ns=r["cluster_quantiles_ns"] * 2), "medians"),
+        (
+            lambda r: r.update(quantile_levels=[0.05, 0.2, 0.35, 0.51, 0.7, 0.9, 0.99]),
+            r"level 0\.5",
+        ),
+        (lambda r: r.update(quantile_levels=r["quantile_levels"][:-1]), "log16 needs"),
+    ],
+)
+def test_bad_log16_columns_raise_bad_summary(batch: dict, mutate, match: str) -> None:
+    rec = dict(sr.summarize_batch(batch, config=COMPACT))
+    mutate(rec)
+    with pytest.raises(sr.BatchError, match=match) as err:
+        sr.groups_from_summary(rec)
+    assert err.value.reason == "bad-summary"
+
+
+def test_a_record_without_the_offsets_field_reads_as_float32(batch: dict) -> None:
+    rec = sr.summarize_batch(batch, config=ROBUST)
+    rec.pop("cluster_log_offsets")  # as an older producer's record decodes
+    got = sr.groups_from_summary(rec)
+    assert sum(s.n for s in got.values()) == 30_000
