@@ -6,7 +6,7 @@ Small, pure and shared by the stream agents, replay and ``argus diagnose``:
 * :func:`route_record` - the (group kind, group id, phases) pieces of one record, computed
   from its coords alone (the stream re-keys by these).
 * :func:`group_windows` - records of a window -> one :class:`~argus.detectors.l2.GroupWindow`
-  per comparison group (L2).
+  per comparison group (L2); :func:`merge_group_windows` joins windows of disjoint steps.
 
 Phases with the same name inside one step of one rank (e.g. one per micro-batch) are summed.
 """
@@ -28,6 +28,7 @@ __all__ = [
     "JobSeries",
     "group_windows",
     "job_series",
+    "merge_group_windows",
     "nested_waits",
     "route_record",
     "validate_step_record",
@@ -268,6 +269,79 @@ def group_windows(
                 durations_ns=d,
                 start_ns=spans[key][0],
                 end_ns=spans[key][1],
+                iter_ns=it,
+            )
+        )
+    return out
+
+
+def merge_group_windows(parts: Iterable[GroupWindow]) -> list[GroupWindow]:
+    """Join windows of the same comparison groups over disjoint steps into one per group.
+
+    The stream agent computes :func:`group_windows` once per closed step and joins the last
+    few steps' results, instead of rebuilding every group from all records at every step:
+    ``merge_group_windows(group_windows(a) + group_windows(b)) == group_windows(a + b)`` when
+    ``a`` and ``b`` hold different steps.
+
+    Parameters
+    ----------
+    parts : iterable of GroupWindow
+        Of one job; a (group kind, group id) may appear once per step set.
+
+    Returns
+    -------
+    list of GroupWindow
+        Sorted by (group kind, group id); ranks, steps and phases are the sorted unions, NaN
+        where a part had no value.
+
+    Raises
+    ------
+    DetectorInputError
+        Parts of several jobs, or two parts of one group sharing a step.
+    """
+    by_group: dict[tuple[str, str], list[GroupWindow]] = defaultdict(list)
+    jobs = set()
+    for w in parts:
+        by_group[(w.group_kind, w.group_id)].append(w)
+        jobs.add(w.job)
+    if len(jobs) > 1:
+        raise DetectorInputError(f"windows of several jobs {sorted(jobs)}")
+    out = []
+    for key in sorted(by_group):
+        ws = by_group[key]
+        if len(ws) == 1:
+            out.append(ws[0])
+            continue
+        steps = np.concatenate([w.steps for w in ws])
+        if np.unique(steps).size != steps.size:
+            raise DetectorInputError(f"group {key[0]}/{key[1]}: parts share steps")
+        ranks = np.unique(np.concatenate([w.ranks for w in ws]))
+        kind_of: dict[str, str] = {}
+        for w in reversed(ws):  # the first part's kind wins, as in group_windows
+            kind_of.update(zip(w.phases, w.stream_kinds, strict=True))
+        names = tuple(sorted(kind_of))
+        steps.sort()
+        d = np.full((ranks.size, steps.size, len(names)), np.nan)
+        it = np.full((ranks.size, steps.size), np.nan)
+        for w in ws:
+            ri = np.searchsorted(ranks, w.ranks)
+            si = np.searchsorted(steps, w.steps)
+            pi = np.array([names.index(p) for p in w.phases], dtype=np.int64)
+            d[np.ix_(ri, si, pi)] = w.durations_ns
+            if w.iter_ns is not None:
+                it[np.ix_(ri, si)] = w.iter_ns
+        out.append(
+            GroupWindow(
+                job=ws[0].job,
+                group_kind=key[0],
+                group_id=key[1],
+                ranks=ranks,
+                steps=steps,
+                phases=names,
+                stream_kinds=tuple(kind_of[p] for p in names),
+                durations_ns=d,
+                start_ns=min(w.start_ns for w in ws),
+                end_ns=max(w.end_ns for w in ws),
                 iter_ns=it,
             )
         )

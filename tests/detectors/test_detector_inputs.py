@@ -101,3 +101,31 @@ def test_bad_records_raise_typed_errors() -> None:
     del missing["phases"]
     with pytest.raises(DetectorInputError, match="phases"):
         group_windows([missing])
+
+
+def test_merging_per_step_windows_equals_building_the_whole_window() -> None:
+    from argus.detectors.inputs import merge_group_windows
+    from argus.sim.simulate import SimRun, simulate
+
+    run = SimRun.make("compute-straggler", layout="dp=4,tp=2,pp=2,ep=2", steps=6, seed=2)
+    recs = [r for topic, _k, r in simulate(run) if topic == "raw.steps"]
+    recs = [r for r in recs if not (r["step"] == 3 and r["rank"] == 5)]  # one missing cell
+    whole = group_windows(recs)
+    parts = [w for s in range(6) for w in group_windows([r for r in recs if r["step"] == s])]
+    merged = merge_group_windows(parts)
+    assert [(w.group_kind, w.group_id) for w in merged] == [
+        (w.group_kind, w.group_id) for w in whole
+    ]
+    for a, b in zip(merged, whole, strict=True):
+        assert (a.phases, a.stream_kinds, a.start_ns, a.end_ns) == (
+            b.phases,
+            b.stream_kinds,
+            b.start_ns,
+            b.end_ns,
+        )
+        np.testing.assert_array_equal(a.ranks, b.ranks)
+        np.testing.assert_array_equal(a.steps, b.steps)
+        np.testing.assert_array_equal(a.durations_ns, b.durations_ns)
+        np.testing.assert_array_equal(a.iter_ns, b.iter_ns)
+    with pytest.raises(DetectorInputError, match="share steps"):
+        merge_group_windows(parts + parts[:1])

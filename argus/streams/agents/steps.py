@@ -8,9 +8,10 @@ reported, or it timed out (:mod:`argus.streams.windows`). On close:
 * **L1** appends the step's iteration time (max over ranks) to the job's bounded history
   and runs :func:`argus.detectors.l1.detect`; a timed-out step yields a ``missing_rank``
   finding naming the ranks that never reported;
-* **L2** builds every comparison group's window of the last ``l2_window_steps`` closed steps
-  (:func:`argus.detectors.inputs.group_windows`, groups from each record's coords) and runs
-  :func:`argus.detectors.l2.detect` on each.
+* **L2** builds each closed step's comparison-group windows once
+  (:func:`argus.detectors.inputs.group_windows`, groups from each record's coords), joins the
+  last ``l2_window_steps`` steps' (:func:`argus.detectors.inputs.merge_group_windows`) and runs
+  :func:`argus.detectors.l2.detect` on each group.
 
 Both levels share the router and the agent when they run in one worker (``argus worker l1
 l2``); run alone, each has its own consumer group and computes only its level. Keying by
@@ -22,6 +23,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
@@ -29,7 +31,8 @@ import faust
 
 from argus.detectors import l1, l2
 from argus.detectors.findings import Finding
-from argus.detectors.inputs import group_windows, validate_step_record
+from argus.detectors.inputs import group_windows, merge_group_windows, validate_step_record
+from argus.detectors.l2 import GroupWindow
 from argus.detectors.routing import DIMS, Routing
 from argus.streams import metrics, windows
 from argus.streams.agents.common import emit_findings
@@ -39,6 +42,7 @@ from argus.streams.validate import checker
 __all__ = ["missing_finding", "register_l1", "register_l2", "route_step"]
 
 _HISTORY = 512  # steps of iteration time kept per job for L1
+_CACHED_JOBS = 64  # jobs whose per-step L2 group windows stay in memory
 
 
 def _world(coords: Mapping[str, Any]) -> int:
@@ -94,6 +98,9 @@ class _Steps:
         self.cells = ctx.table("steps-cells")
         self.hist = ctx.table("steps-history")
         self.progress = ctx.internal_topic("funnel-jobs")
+        # job -> step -> that step's L2 group windows: derived from ``cells``, so only a
+        # cache (rebuilt after a restart), for the most recently active jobs
+        self.step_windows: OrderedDict[str, dict[int, list[GroupWindow]]] = OrderedDict()
 
     def new(self, key: str) -> dict[str, Any]:
         return {"win": windows.new_state(), "agg": {}}
@@ -157,38 +164,54 @@ class _Steps:
 
     def _l2(self, job: str, h: dict[str, Any]) -> list[Finding]:
         h["recent"].sort()
+        cache = self.step_windows.setdefault(job, {})
+        self.step_windows.move_to_end(job)
+        while len(self.step_windows) > _CACHED_JOBS:
+            self.step_windows.popitem(last=False)
         for step, ranks in h["recent"][: -self.width]:
+            cache.pop(step, None)
             for r in ranks:
                 key = f"{job}|{step}|{r}"
                 if self.cells.get(key) is not None:
                     del self.cells[key]
         h["recent"] = h["recent"][-self.width :]
-        records = []
-        for step, ranks in h["recent"]:
-            for r in ranks:
-                cell = self.cells.get(f"{job}|{step}|{r}")
-                if cell is not None:
-                    a, b, co, ph = cell
-                    records.append(
-                        {
-                            "job": job,
-                            "rank": r,
-                            "step": step,
-                            "start_ns": a,
-                            "end_ns": b,
-                            "coords": co,
-                            "phases": [
-                                {"name": n, "stream_kind": k, "duration_ns": d, "start_ns": a}
-                                for n, k, d in ph
-                            ],
-                        }
-                    )
         t0 = time.perf_counter()
+        parts: list[GroupWindow] = []
+        for step, ranks in h["recent"]:
+            cached = cache.get(step)
+            if cached is None:  # built once per step; again only after a restart
+                cached = cache[step] = group_windows(
+                    self._records(job, step, ranks), self.routing, job=job
+                )
+            parts += cached
         out: list[Finding] = []
-        for win in group_windows(records, self.routing, job=job):
+        for win in merge_group_windows(parts):
             out += l2.detect(win, self.ctx.detectors.l2)
         metrics.DETECT_S.labels("L2").observe(time.perf_counter() - t0)
         return out
+
+    def _records(self, job: str, step: int, ranks: list[int]) -> list[dict[str, Any]]:
+        """The step records of one closed step, back from the ``cells`` table."""
+        records = []
+        for r in ranks:
+            cell = self.cells.get(f"{job}|{step}|{r}")
+            if cell is not None:
+                a, b, co, ph = cell
+                records.append(
+                    {
+                        "job": job,
+                        "rank": r,
+                        "step": step,
+                        "start_ns": a,
+                        "end_ns": b,
+                        "coords": co,
+                        "phases": [
+                            {"name": n, "stream_kind": k, "duration_ns": d, "start_ns": a}
+                            for n, k, d in ph
+                        ],
+                    }
+                )
+        return records
 
 
 def route_step(rec: Mapping[str, Any]) -> list[tuple[str, Any]]:
