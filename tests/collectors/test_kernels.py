@@ -120,3 +120,33 @@ def test_cpu_profiler_window_builds_time_ordered_columns_off_thread() -> None:
     kinds = {s["id"]: (s["kind"], s["label"]) for s in cols.streams}
     assert kinds[main] == ("compute", f"thread {main} (training)")
     assert int(cols.name_idx.max()) < len(cols.names)
+
+
+def test_profiler_windows_are_freed_without_a_full_gc() -> None:
+    """The profiler's result objects sit in reference cycles; a window's build releases them
+    so that RSS stays flat over thousands of windows (pytorch/pytorch#193348)."""
+    torch = pytest.importorskip("torch")
+    import gc
+
+    from torch.autograd.profiler import profile as autograd_profile
+
+    from argus.collectors.kernels.profiler import ProfilerSource
+
+    def live() -> int:
+        return sum(isinstance(o, autograd_profile) for o in gc.get_objects())
+
+    src = ProfilerSource(gpu=False, max_events=100_000)
+    src.warm_up()
+    m = torch.nn.Linear(8, 8)
+    gc.collect()
+    gc.disable()
+    try:
+        before = live()
+        for _ in range(8):
+            src.start_window()
+            m(torch.randn(2, 8)).sum().backward()
+            cols = src.end_window()()
+            assert cols is not None and len(cols) > 0
+        assert live() <= before + 1
+    finally:
+        gc.enable()

@@ -28,6 +28,35 @@ __all__ = ["ProfilerSource"]
 _SKIP_PREFIXES = ("ProfilerStep", "[memory]")
 
 
+def _columns(results: Any, gpu: bool, main_tid: int, cap: int) -> KernelColumns | None:
+    """Columns of one window's Kineto results (``None``: no results)."""
+    if results is None:
+        return None
+    evs = results.events()
+    if gpu:
+        evs = [e for e in evs if "CUDA" in str(e.device_type())]
+    names = [e.name() for e in evs]
+    keep = [i for i, n in enumerate(names) if not n.startswith(_SKIP_PREFIXES)]
+    if len(keep) < len(names):
+        evs = [evs[i] for i in keep]
+        names = [names[i] for i in keep]
+    stream = np.fromiter((e.device_resource_id() for e in evs), np.int64, len(evs))
+    start = np.fromiter((e.start_ns() for e in evs), np.int64, len(evs))
+    dur = np.fromiter((e.duration_ns() for e in evs), np.int64, len(evs))
+    order = np.argsort(start, kind="stable")
+    names = [names[i] for i in order.tolist()]
+    stream, start, dur = stream[order], start[order], dur[order]
+    if gpu:
+        return columns_from_arrays(names, stream, start, dur, max_events=cap)
+    ids = [int(x) for x in np.unique(stream & 0xFFFFFFFF).tolist()]
+    main = main_tid & 0xFFFFFFFF
+    kinds = {s: ("compute" if s == main else "unknown") for s in ids}
+    labels = {s: f"thread {s}" + (" (training)" if s == main else "") for s in ids}
+    return columns_from_arrays(
+        names, stream, start, dur, max_events=cap, stream_kinds=kinds, stream_labels=labels
+    )
+
+
 class ProfilerSource:
     """A ``torch.profiler`` window per kernel window.
 
@@ -98,32 +127,14 @@ class ProfilerSource:
             # delivery thread; holds the GIL, so kept short: one pass of pybind getters over
             # the events, the rest vectorised (a CPU-only window has no device events, so the
             # per-event device type is read only on GPU windows)
-            results = prof.profiler.kineto_results
-            if results is None:
-                return None
-            evs = results.events()
-            if gpu:
-                evs = [e for e in evs if "CUDA" in str(e.device_type())]
-            names = [e.name() for e in evs]
-            keep = [i for i, n in enumerate(names) if not n.startswith(_SKIP_PREFIXES)]
-            if len(keep) < len(names):
-                evs = [evs[i] for i in keep]
-                names = [names[i] for i in keep]
-            stream = np.fromiter((e.device_resource_id() for e in evs), np.int64, len(evs))
-            start = np.fromiter((e.start_ns() for e in evs), np.int64, len(evs))
-            dur = np.fromiter((e.duration_ns() for e in evs), np.int64, len(evs))
-            order = np.argsort(start, kind="stable")
-            names = [names[i] for i in order.tolist()]
-            stream, start, dur = stream[order], start[order], dur[order]
-            if gpu:
-                return columns_from_arrays(names, stream, start, dur, max_events=cap)
-            ids = [int(x) for x in np.unique(stream & 0xFFFFFFFF).tolist()]
-            main = main_tid & 0xFFFFFFFF
-            kinds = {s: ("compute" if s == main else "unknown") for s in ids}
-            labels = {s: f"thread {s}" + (" (training)" if s == main else "") for s in ids}
-            return columns_from_arrays(
-                names, stream, start, dur, max_events=cap, stream_kinds=kinds, stream_labels=labels
-            )
+            try:
+                return _columns(prof.profiler.kineto_results, gpu, main_tid, cap)
+            finally:
+                # the profiler objects hold reference cycles around the C++ results (~1 MiB
+                # per window here) that only a full gc frees: RSS grew without bound over
+                # windows (pytorch/pytorch#193348); drop them as soon as the columns exist
+                prof.profiler.kineto_results = None
+                prof.profiler = None
 
         return build
 
