@@ -133,7 +133,7 @@ def test_profiler_windows_are_freed_without_a_full_gc() -> None:
     from argus.collectors.kernels.profiler import ProfilerSource
 
     def live() -> int:
-        return sum(isinstance(o, autograd_profile) for o in gc.get_objects())
+        return sum(type(o) is autograd_profile for o in gc.get_objects())
 
     src = ProfilerSource(gpu=False, max_events=100_000)
     src.warm_up()
