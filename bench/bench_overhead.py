@@ -1,37 +1,41 @@
 """Collector overhead on the real CPU DDP demo: steps/s with channels on vs off, in one job.
 
-    .venv/bin/python bench/bench_overhead.py                          # 4 and 2 ranks, broker up + down
-    .venv/bin/python bench/bench_overhead.py --world-sizes 2 --rounds 12 --skip-down
+    .venv/bin/python bench/bench_overhead.py --world-sizes 2 --rounds 40 --down-rounds 20
+    .venv/bin/python bench/bench_overhead.py --world-sizes 4 --rounds 20 --down-rounds 20
 
-Method (one training job per world size, no restarts between A and B):
+Method (one training job per world size and broker state; A and B never restart):
 
-* The demo (``examples/ddp_transformer.py``) runs a schedule of blocks of ``--block`` steps
-  (default 50 = the kernel duty period, so every block with kernels on holds exactly one
-  kernel window: the default duty cycle) and switches the channels at the first step of each
-  block, on every rank at the same step (``Collector.set_channels``, the same switch an
-  ``argus control enable/disable`` command flips). Per round: ``off, all, off, phases, off,
-  kernels, off, stacks``, so every "on" block sits between two "off" blocks (A/B/A).
-* Per block: the mean step time (block wall time / steps, rank 0; DDP keeps ranks in step;
-  the first step of a block pays the switch and is not timed). Each on block is compared with
-  the mean of its two neighbouring off blocks (cancels linear drift of other tenants' load):
-  ``slower = 1 - steps/s(on) / steps/s(ref)``. The figure is the median over rounds with a
-  percentile-bootstrap 95% CI of the median (10,000 resamples).
-* Stacks: the py-spy sidecar is a separate process and cannot be switched inside the job;
-  the bench starts ``py-spy record --nonblocking`` (the sidecar's default method, at
-  ``--stacks-hz``) on every rank when a block with stacks begins and stops it (SIGINT: py-spy
-  writes its samples) when the block ends, then publishes the ``stack_batch`` records to the
-  broker as the sidecar does. This pays py-spy's start-up once per block (~7 s at 4 ranks)
-  instead of once per 10 s window: conservative. (SIGSTOP/SIGCONT was not used: py-spy's
-  timer catches up on missed samples after SIGCONT, piling them into the on blocks.)
-* Also per mode: the collectors' self-measured training-thread time (what step records carry
-  in ``collector.overhead_ns``) as a fraction of step time, and the accounted collector CPU
-  (training thread + background ``argus-*``/``rdk:*`` threads + the sidecar) as a fraction of
-  the job's CPU per step in the neighbouring off blocks.
+* The demo (``examples/ddp_transformer.py``) runs a schedule of ``--block``-step blocks
+  (default 10) and switches the channels at the first step of each block, on every rank at
+  the same step (``Collector.set_channels``, what an ``argus control enable/disable``
+  command flips). Per round: ``off, all, off, phases, off, kernels, off, stacks``: every on
+  block sits between two off blocks (A/B/A), about a second apart.
+* Kernel windows stay at the default (one step in ``--period`` = 50, aligned on the step
+  number). Blocks of one mode start 80 steps apart, so their offsets modulo 50 cycle through
+  all five 10-step slots: a *cycle* of 5 consecutive on blocks of a mode holds exactly one
+  kernel window, the default duty cycle. Figures are per cycle.
+* Per block: wall time of its steps (rank 0; DDP keeps the ranks in step). Per cycle:
+  ``slower = 1 - sum(reference time) / sum(on time)``, where an on block's reference is the
+  mean of its two neighbouring off blocks (cancels drift of other tenants' load). Reported:
+  the median over cycles with a percentile-bootstrap 95% CI of the median (10,000
+  resamples).
+* Stacks: the sidecar is a separate process and has no in-job switch; it runs here as in
+  production (``StackSampler``, ``py-spy record --nonblocking``, 1 Hz, 10 s windows,
+  publishing ``stack_batch`` records) and the bench SIGSTOPs its py-spy processes during
+  blocks without stacks and SIGCONTs them in blocks with stacks (a recording whose window has
+  elapsed is let finish). py-spy's timer catches up missed samples after SIGCONT, and its
+  start-ups fall in on blocks too, so on blocks carry *all* of the sidecar's work: stacks is
+  on in 1/4 of the blocks, so the sidecar runs at ~4x its default load in them (the samples
+  per on-second are printed). Conservative.
+* Also per mode and cycle: the collectors' self-measured training-thread time (what step
+  records carry in ``collector.overhead_ns``) / step time (mean over ranks), and the
+  accounted collector CPU (training threads + background ``argus-*``/``rdk:*`` threads of
+  all ranks + the sidecar) / the reference blocks' CPU per step.
 
 A second run per world size points the collectors and the sidecar at a closed loopback port
 (the shared broker is not stopped) and alternates ``off``/``all``: the same ratio, every
 rank's RSS per block, drop counters, and whether the training loop completed (exit 0, no
-traceback).
+traceback). Run it under ``flock /tmp/argus-bench.lock`` on a shared machine.
 """
 
 from __future__ import annotations
