@@ -237,6 +237,9 @@ def build_app(
         consumer_auto_offset_reset="earliest",
         producer_acks=-1,
         broker_commit_interval=1.0,
+        producer_linger=pcfg.producer_linger_s,
+        producer_max_batch_size=pcfg.producer_batch_bytes,
+        consumer_max_fetch_size=pcfg.fetch_bytes,
         table_standby_replicas=0,
         stream_wait_empty=False,
         autodiscover=False,
@@ -346,12 +349,21 @@ def window_agent(
                     st = state[key]
                     if await impl.tick(key, st, now):
                         state[key] = st
+                        await _flush_if_asked()
             return
         key = (ev.message.key or b"").decode()
         st = state.get(key) or impl.new(key)
         for item in msg["items"]:
             await impl.add(key, st, item, now)
         state[key] = st
+        await _flush_if_asked()
+
+    async def _flush_if_asked() -> None:
+        # an impl that just sent something a restart must not repeat (an alert) asks for the
+        # state it wrote after it to leave the producer's linger buffer now
+        if getattr(impl, "flush_after_write", False):
+            impl.flush_after_write = False  # type: ignore[attr-defined]
+            await ctx.app.producer.flush()
 
     @ctx.app.agent(topic, name=name)
     async def _windows(stream: faust.StreamT) -> None:

@@ -69,6 +69,7 @@ class _Funnel:
         self.w = ctx.pcfg.funnel_window_steps
         self.grace = ctx.pcfg.funnel_grace_s
         self.idle = ctx.pcfg.funnel_idle_s
+        self.flush_after_write = False
 
     def new(self, key: str) -> dict[str, Any]:
         return {
@@ -138,6 +139,8 @@ class _Funnel:
         for alert in out.alerts:
             await self.ctx.emit("alerts", alert["dedup_key"], "alert", alert, "funnel")
             metrics.ALERTS.labels(alert["action"]).inc()
+        # the state that knows of these alerts goes out right behind them (window_agent)
+        self.flush_after_write = self.flush_after_write or bool(out.alerts)
 
 
 def register(ctx: Ctx) -> None:
