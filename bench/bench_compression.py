@@ -19,7 +19,8 @@ Parts (select with ``--parts throughput,compression,fidelity,tradeoff``):
 3. **fidelity**: ``argus.streams.fidelity.evaluate_synthetic``: 32 ranks, 1-3 of them
    1.5-3× slower, Spearman of raw vs reconstructed pairwise W1 (exact raw W1) per kernel kind,
    IQR detection F1 on raw and reconstructed W1 against the injected truth.
-4. **tradeoff**: bytes per steady-state summary vs fidelity for several quantile-level sets.
+4. **tradeoff**: bytes per steady-state summary vs fidelity for several quantile-level sets
+   and both quantile encodings (float32, log16).
 """
 
 from __future__ import annotations
@@ -39,8 +40,10 @@ import numpy as np
 
 from argus.schemas.codec import Codec
 from argus.streams import fidelity, synth
-from argus.streams.kde import PAPER, ROBUST, KdeConfig, summarize_many
+from argus.streams.kde import COMPACT, PAPER, ROBUST, KdeConfig, summarize_many
 from argus.streams.summary_record import summarize_batch
+
+METHODS = (PAPER, ROBUST, COMPACT)
 
 # -- workload ------------------------------------------------------------------------------------
 
@@ -121,7 +124,7 @@ def part_throughput(args: argparse.Namespace) -> None:
     print(f"{'path':40s} {'ms/step':>9s} {'M events/s':>11s} {'vs naive':>9s}")
     t_naive = best_time(lambda: naive_summarize(gid, dur), repeat=args.repeat_naive)
     rows = [("naive per-group dense KDE (256 grid)", t_naive)]
-    for cfg in (PAPER, ROBUST):
+    for cfg in METHODS:
         rows.append(
             (
                 f"summarize_many [{cfg.method}]",
@@ -130,7 +133,7 @@ def part_throughput(args: argparse.Namespace) -> None:
                 ),
             )
         )
-    for cfg in (PAPER, ROBUST):
+    for cfg in METHODS:
         rows.append(
             (
                 f"summarize_batch record [{cfg.method}]",
@@ -224,7 +227,7 @@ def part_compression(args: argparse.Namespace) -> None:
     print(
         f"{'summary method':14s} {'groups':>6s} {'clusters':>8s} {'bytes':>7s} {'first':>7s} {'vs JSON':>9s} {'vs Avro':>8s} {'first vs JSON':>13s}"
     )
-    for cfg in (PAPER, ROBUST):
+    for cfg in METHODS:
         first = summarize_batch(batch, config=cfg)
         announced = {k["id"] for k in first["kernel_names"]}
         steady = summarize_batch(batch, config=cfg, announced=announced)
@@ -246,7 +249,7 @@ def part_fidelity(args: argparse.Namespace) -> None:
             f"\n## 3. fidelity  (32 ranks, 1-3 slow at 1.5-3x, {args.windows} windows x {args.events} events/rank, "
             f"healthy-rank speed spread sigma={spread:g}, exact raw W1, M=512 grid)"
         )
-        for cfg in (PAPER, ROBUST):
+        for cfg in METHODS:
             t0 = time.perf_counter()
             rows = fidelity.evaluate_synthetic(
                 config=cfg,
@@ -281,6 +284,18 @@ TRADEOFF = {
         quantile_levels=(0.01, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99),
         isolate_log_gap=1.0,
     ),
+    "q4i levels, log16": dataclasses.replace(ROBUST, quantile_encoding="log16"),
+    "6 levels, log16": dataclasses.replace(
+        COMPACT, quantile_levels=(0.1, 0.3, 0.5, 0.75, 0.9, 0.99)
+    ),
+    "kde-q7l (7, log16)": COMPACT,
+    "7 even levels, log16": dataclasses.replace(
+        COMPACT, quantile_levels=(0.05, 0.2, 0.35, 0.5, 0.65, 0.8, 0.99)
+    ),
+    "8 levels, log16": dataclasses.replace(
+        COMPACT, quantile_levels=(0.05, 0.2, 0.35, 0.5, 0.65, 0.8, 0.9, 0.99)
+    ),
+    "q7l, valley_depth 1": dataclasses.replace(COMPACT, valley_depth=1.0),
 }
 
 

@@ -35,7 +35,7 @@ from argus.detectors.config import DetectorsConfig
 from argus.detectors.findings import Finding
 from argus.detectors.l2 import GroupWindow
 from argus.detectors.routing import Routing
-from argus.diagnose import DiagnoseResult, diagnose
+from argus.diagnose import DiagnoseResult, batch_summaries, diagnose
 from argus.sim import SimRun, simulate
 from argus.sim.evaluate import evaluate
 from argus.sim.model import TimingModel
@@ -147,11 +147,17 @@ def array_diagnose(
 
 
 def record_diagnose(run: SimRun, window_steps: int = 10) -> DiagnoseResult:
+    """``argus diagnose`` on the run's records; kernel batches are compressed as they are
+    simulated (``batch_summaries``: the compressor's default method, as ``diagnose`` does
+    with batches), so 1,000 steps of raw batches need not fit in memory."""
     steps: list[dict[str, Any]] = []
-    kern: list[dict[str, Any]] = []
+    summ: list[dict[str, Any]] = []
     for suffix, _k, rec in simulate(run):
-        (steps if suffix == "raw.steps" else kern).append(rec)
-    return diagnose(steps, kernel_batches=kern, window_steps=window_steps)
+        if suffix == "raw.steps":
+            steps.append(rec)
+        else:
+            summ.append(batch_summaries(rec))
+    return diagnose(steps, kernel_summaries=summ, window_steps=window_steps)
 
 
 # -- parts --------------------------------------------------------------------------------------
@@ -160,8 +166,9 @@ def record_diagnose(run: SimRun, window_steps: int = 10) -> DiagnoseResult:
 def bench_l3_speed(r: int = 4096) -> None:
     from argus.detectors.config import L3Config
     from argus.detectors.l3 import compare_groups, score_ranks
-    from argus.streams.kde import summarize_many
+    from argus.streams.kde import DEFAULT, Summary, summarize
     from argus.streams.lognormal import default_probs, quantile_matrix
+    from argus.streams.quantile_wire import through_wire
 
     rng = np.random.default_rng(0)
     # one kernel with two modes, 40 launches per rank-window, summarised like the compressor
@@ -172,7 +179,9 @@ def bench_l3_speed(r: int = 4096) -> None:
         )
         if i == 17:
             x *= 1.5
-        sums.append(summarize_many(np.zeros(x.size, np.int64), x).summary(0))
+        s = summarize(x, config=DEFAULT)  # the compressor's method, as it arrives on the wire
+        q = through_wire(s.quantiles_ns, s.quantile_levels, DEFAULT.quantile_encoding)
+        sums.append(Summary(s.quantile_levels, s.counts, q, s.method))
     cfg = L3Config()
     probs = default_probs(cfg.n_probs)
     labels = np.arange(r) // 8
@@ -262,17 +271,37 @@ def bench_scenarios(sizes: list[int], steps: int, l3_steps: dict[int, int]) -> N
             )
 
 
+def _ranks_steps(text: str) -> dict[int, int]:
+    """``"64:1000,512:200"`` -> ``{64: 1000, 512: 200}``."""
+    out = {}
+    for part in filter(None, text.split(",")):
+        r, _, k = part.partition(":")
+        out[int(r)] = int(k)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="64 and 512 ranks only, fewer steps")
     ap.add_argument("--only", default="", help="comma-separated scenarios (skips the rest)")
+    ap.add_argument(
+        "--healthy-only",
+        default="",
+        metavar="RANKS:STEPS,...",
+        help="only the healthy part, L3 with kernels over these steps per size "
+        "(e.g. 64:1000,512:200); L1 + L2 over max(1,000, those steps)",
+    )
     args = ap.parse_args()
+    t = time.strftime("%Y-%m-%d %H:%M")
+    print(f"bench_detectors  {t}  python {sys.version.split()[0]}  cpus {os.cpu_count()}")
+    if args.healthy_only:
+        l3_steps = _ranks_steps(args.healthy_only)
+        bench_healthy(sorted(l3_steps), max(1000, *l3_steps.values()), l3_steps)
+        return
     if args.only:
         global SCENARIOS
         SCENARIOS = tuple(s for s in SCENARIOS if s in args.only.split(","))
     sizes = [64, 512] if args.quick else [64, 512, 4096]
-    t = time.strftime("%Y-%m-%d %H:%M")
-    print(f"bench_detectors  {t}  python {sys.version.split()[0]}  cpus {os.cpu_count()}")
     if not args.only:
         bench_l3_speed()
         check_paths_agree()

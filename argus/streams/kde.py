@@ -720,7 +720,7 @@ def _deep_valleys(dens: np.ndarray, cand: np.ndarray, goff: np.ndarray, depth: f
     its segment's grid). All True when ``depth >= 1``."""
     if depth >= 1.0:
         return np.ones(cand.size, dtype=bool)
-    edges = np.unique(np.concatenate((goff, cand)))
+    edges = np.sort(np.concatenate((goff, cand)))  # disjoint: a valley is inside its grid
     seg_max = np.maximum.reduceat(dens, edges)  # max over [edges[i], edges[i + 1])
     i = np.searchsorted(edges, cand)  # cand > its segment's first grid point: i >= 1
     out: np.ndarray = dens[cand] <= depth * np.minimum(seg_max[i - 1], seg_max[i])

@@ -5,11 +5,11 @@ Two encodings of a (C, L) matrix of cluster quantiles (ns) at ``quantile_levels`
 
 * ``float32`` (every method up to ``kde-q4i``): ``cluster_quantiles_ns`` holds all L levels
   as float32, (C, L) row-major; ``cluster_log_offsets`` is empty. 4·L bytes per cluster.
-* ``log16`` (``kde-q8l``): ``cluster_quantiles_ns`` holds only the median, float32 (C,);
+* ``log16`` (``kde-q7l``): ``cluster_quantiles_ns`` holds only the median, float32 (C,);
   ``cluster_log_offsets`` holds the other L − 1 levels, in level order, as int16
   ``k = round(LOG16_STEPS_PER_UNIT · ln(q / m))`` with ``m`` the median *as sent* (float32), so
   a reader gets ``q' = m · exp(k / LOG16_STEPS_PER_UNIT)``. 4 + 2·(L − 1) bytes per cluster:
-  8 levels cost 18 bytes, what 4 float32 levels cost before, plus 2.
+  7 levels cost 16 bytes, what ``kde-q4i``'s 4 float32 levels cost.
 
 Precision of ``log16``: one step is 1/2048 in ln(ns), so a decoded quantile is within
 ``exp(1/4096) − 1 ≈ 0.0244 %`` of the float32 median times the exact ratio, i.e. relative
