@@ -1,0 +1,164 @@
+"""The broker stops and restarts while a job runs (issue 9, broker fault).
+
+A private broker (own ports and state dir; the shared one is never touched) serves a
+simulated job published through the collectors' own producer (``RecordProducer``: bounded
+queue, idempotent, ``acks=all``) and the two worker processes. At step 12 the broker is
+stopped for ~10 s and started again (it then takes ~10 s to serve). Then:
+
+* the producer never blocked nor raised (submit is O(1)), its queue stayed bounded, and
+  every submitted record is accounted for: acknowledged or counted as dropped;
+* the workers survived and every record the broker acknowledged was consumed;
+* the culprit is still alerted and nothing went to the DLQ.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from argus.collectors.producer import RecordProducer
+from argus.config import Settings, load_settings
+from argus.kafka.admin import create_topics
+from argus.kafka.local import LocalBroker
+from argus.sim.simulate import SimRun, simulate
+from argus.streams.local_run import Watcher, WorkerProcess
+from tests.pipeline.harness import FAST, SPLIT, metric
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+
+STEPS, RATE, DOWN_AT = 60, 1.0, 12  # steps/s; the broker stops at this step
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def private_broker(tmp_path: Path) -> Iterator[tuple[LocalBroker, Settings, dict[str, str]]]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ARGUS_")}
+    if "ARGUS_CACHE_DIR" in os.environ:
+        env["ARGUS_CACHE_DIR"] = os.environ["ARGUS_CACHE_DIR"]
+    (tmp_path / "none.toml").write_text("")
+    env |= {
+        "ARGUS_STATE_DIR": str(tmp_path / "kafka"),
+        "ARGUS_KAFKA_PORT": str(_free_port()),
+        "ARGUS_KAFKA_CONTROLLER_PORT": str(_free_port()),
+        "ARGUS_KAFKA_HEAP": "384m",
+        "ARGUS_TOPIC_PREFIX": "argus",
+        "ARGUS_CONFIG": str(tmp_path / "none.toml"),
+    }
+    settings = load_settings(env=env)
+    broker = LocalBroker(settings)
+    assert broker.up(timeout_s=120).running
+    try:
+        yield broker, settings, env
+    finally:
+        broker.down()
+
+
+def test_broker_restart_mid_job_loses_nothing_acknowledged(
+    private_broker: tuple[LocalBroker, Settings, dict[str, str]], tmp_path: Path
+) -> None:
+    broker, settings, env = private_broker
+    create_topics(settings, partitions=2)
+    run = SimRun.make("compute-straggler", ranks=32, steps=STEPS, seed=4)
+    truth = set(run.truth.ranks)
+    workers = [
+        WorkerProcess(
+            roles,
+            env={**env, **FAST},
+            log_path=tmp_path / f"worker-{'-'.join(roles)}.log",
+            metrics_port=_free_port(),
+        ).start()
+        for roles in SPLIT
+    ]
+    prod = RecordProducer(settings.kafka_config(), max_records=5_000)
+    submitted = {"raw.steps": 0, "raw.kernels": 0}
+    acked = {"raw.steps": 0, "raw.kernels": 0}
+
+    def on_delivery(err: Any, msg: Any) -> None:  # count acknowledgements per topic
+        RecordProducer._on_delivery(prod, err, msg)
+        if err is None:
+            acked[msg.topic().removeprefix("argus.")] += 1
+
+    prod._on_delivery = on_delivery  # type: ignore[method-assign]
+    worst_submit_s, max_depth = 0.0, 0
+    watch = None
+    try:
+        outage: dict[str, Any] = {}
+
+        def stop_and_restart() -> None:  # beside the job: records keep coming meanwhile
+            outage["stopped"] = broker.down()
+            time.sleep(10)
+            outage["restarted"] = broker.up(timeout_s=120).running
+            outage["t_up"] = time.monotonic()
+
+        fault = threading.Thread(target=stop_and_restart)
+        during = 0  # records submitted while the broker was away
+        t0 = time.monotonic()
+        for topic, key, rec in simulate(run):
+            step = int(rec.get("step", rec.get("window_id", 0)))
+            if step == DOWN_AT and not fault.is_alive() and not outage:
+                fault.start()
+            while time.monotonic() < t0 + step / RATE:
+                time.sleep(0.01)
+            s = time.perf_counter()
+            assert prod.submit(f"argus.{topic}", key.encode(), _record(topic), rec, 4096)
+            worst_submit_s = max(worst_submit_s, time.perf_counter() - s)
+            submitted[topic] += 1
+            during += "stopped" in outage and "t_up" not in outage
+            max_depth = max(max_depth, prod.queue_depth)
+        fault.join()
+        assert outage["stopped"] and outage["restarted"], outage
+        assert during >= 5 * 2 * 32, f"only {during} records submitted during the outage"
+        left = prod.flush(60)
+        assert left == 0
+        assert prod.dropped_records + sum(acked.values()) == sum(submitted.values()), (
+            prod.dropped_records,
+            acked,
+            submitted,
+        )
+        # the outage (~10 s down + the restart) is shorter than the collectors' 30 s delivery
+        # timeout, so librdkafka's retries deliver what was queued meanwhile
+        assert acked["raw.steps"] > 0.9 * submitted["raw.steps"], (acked, submitted)
+        watch = Watcher(settings, ["alerts", "dlq"], prefix="argus")
+        steps_w, kernels_w = workers
+        assert watch.wait_for(
+            lambda _: (
+                metric(steps_w, "argus_records_in_total", role="steps", topic="raw.steps")
+                >= acked["raw.steps"]
+                and metric(kernels_w, "argus_records_in_total", role="compressor")
+                >= acked["raw.kernels"]
+            ),
+            timeout_s=120,
+        ), steps_w.log_tail() + kernels_w.log_tail()
+        assert watch.wait_for(
+            lambda w: any(
+                a["action"] == "trigger" and set(a["ranks"]) <= truth and a["ranks"]
+                for a in w.get("alerts")
+            ),
+            timeout_s=120,
+        ), steps_w.log_tail()
+        assert all(w.proc is not None and w.proc.poll() is None for w in workers)
+        assert watch.get("dlq") == []
+    finally:
+        prod.close(2)
+        for w in workers:
+            w.stop()
+        if watch is not None:
+            watch.close()
+    assert worst_submit_s < 0.05, f"submit blocked {worst_submit_s * 1e3:.1f} ms"
+    assert max_depth <= 5_000 + 1_000  # our queue bound + librdkafka's in flight
+
+
+def _record(topic: str) -> str:
+    return {"raw.steps": "step_record", "raw.kernels": "kernel_batch"}[topic]
