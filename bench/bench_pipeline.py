@@ -128,7 +128,7 @@ def load(ranks: int, minutes: float, events: int, profile: bool) -> None:
     from argus.streams import synth
 
     s = load_settings()
-    LocalBroker(s).up()
+    broker_pid = LocalBroker(s).up().pid
     prefix = f"load{int(time.time())}"
     topics = create_topics(s, prefix=prefix, partitions=4)
     tmp = Path(tempfile.mkdtemp())
@@ -163,6 +163,8 @@ def load(ranks: int, minutes: float, events: int, profile: bool) -> None:
     n_steps = int(minutes * 60 / period)
     samples: list[tuple[float, float, float]] = []  # (t, steps lag, kernels lag)
     cpu0 = [_cpu_s(w.proc.pid) for w in workers if w.proc]
+    broker0 = _cpu_s(broker_pid) if broker_pid else 0.0
+    self0 = sum(os.times()[:2])
     t_start = time.monotonic()
     bytes_k = 0
     pending = next(steps_iter)
@@ -228,6 +230,8 @@ def load(ranks: int, minutes: float, events: int, profile: bool) -> None:
     prod.flush(60)
     wall = time.monotonic() - t_start
     cpu = [_cpu_s(w.proc.pid) - c for w, c in zip(workers, cpu0, strict=True) if w.proc]
+    broker_cpu = _cpu_s(broker_pid) - broker0 if broker_pid else float("nan")
+    self_cpu = sum(os.times()[:2]) - self0
     time.sleep(10)
     final = (
         metric(workers[0], "argus_consumer_lag", role="steps"),
@@ -245,6 +249,8 @@ def load(ranks: int, minutes: float, events: int, profile: bool) -> None:
     print(f"  kernel events/s offered: {n_ev / wall:,.0f}")
     for w, c in zip(workers, cpu, strict=True):
         print(f"  worker {' '.join(w.roles)}: CPU {c:.0f} s = {100 * c / wall:.0f}% of a core")
+    print(f"  broker: CPU {broker_cpu:.0f} s = {100 * broker_cpu / wall:.0f}% of a core")
+    print(f"  load generator (this process): CPU {self_cpu:.0f} s = {100 * self_cpu / wall:.0f}%")
     half = len(samples) // 2
     first = np.mean([x[1] + x[2] for x in samples[:half]]) if half else float("nan")
     last = np.mean([x[1] + x[2] for x in samples[half:]]) if samples else float("nan")

@@ -1,0 +1,258 @@
+"""Soak (issue 9): the pipeline at a sustained load for a long time, with faults injected.
+
+A simulated job of R ranks at 15 steps/min (step records from the simulator, 3,000 kernel
+events per rank-step as in ``bench_pipeline.py --load``) runs for ``--minutes``. Every
+``--period`` steps one rank's MLP becomes 4x slower for ``--fault-steps`` steps, then heals
+(a different rank each time). Every 30 s the script samples the resident memory of each
+worker and of the broker, and the consumer lag. At the end it checks, and exits non-zero
+when one fails:
+
+* every injected fault was alerted (a trigger naming its rank) and resolved afterwards;
+* no alert names a rank that was never faulty;
+* memory is flat: the mean RSS of each process over the last third of the run is within
+  ``--rss-growth`` (default 20%) of its mean over the second third (the first third is the
+  warm-up: tables, caches and JIT-like lazy imports fill);
+* lag does not grow: mean lag over the last third <= max(2x the second third's, 1,000).
+
+    make soak                                     # 30 min, 256 ranks
+    .venv/bin/python bench/soak.py --minutes 30 --ranks 256
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from argus.config import load_settings
+from argus.kafka.admin import create_topics, delete_topics
+from argus.kafka.local import LocalBroker
+from argus.sim.layout import Layout
+from argus.sim.model import Fault
+from argus.sim.scenarios import GroundTruth, Scenario
+from argus.sim.simulate import SimRun, simulate
+from argus.streams.local_run import Watcher, WorkerProcess
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "tests" / "pipeline"))
+from harness import SPLIT, free_port, metric
+
+PERIOD_S = 4.0  # 15 steps/min
+_POOL = 97  # distinct rank-windows of kernel events (prime: no alignment with 10-step blocks)
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _faults(lay: Layout, steps: int, period: int, length: int, seed: int) -> list[Fault]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for onset in range(period // 3, steps - length, period):
+        rank = int(rng.integers(0, lay.world))
+        # one burst of ``length`` steps: the bursts profile with a period longer than the run
+        out.append(
+            Fault(
+                (rank,),
+                {"mlp": 4.0},
+                onset=onset,
+                profile="bursts",
+                period=10 * steps,
+                on=length,
+            )
+        )
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument("--ranks", type=int, default=256)
+    ap.add_argument("--minutes", type=float, default=30.0)
+    ap.add_argument("--events", type=int, default=3000, help="kernel events per rank-step")
+    ap.add_argument("--period", type=int, default=90, help="steps between fault onsets")
+    ap.add_argument("--fault-steps", type=int, default=30, help="steps a fault lasts")
+    ap.add_argument("--rss-growth", type=float, default=0.20)
+    ap.add_argument("--seed", type=int, default=7)
+    a = ap.parse_args()
+
+    from confluent_kafka import Producer
+
+    from argus.schemas import Codec
+    from argus.streams import synth
+
+    s = load_settings()
+    broker_pid = LocalBroker(s).up().pid
+    prefix = f"soak{int(time.time())}"
+    topics = create_topics(s, prefix=prefix, partitions=4)
+    tmp = Path(tempfile.mkdtemp())
+    env = {
+        "ARGUS_TOPIC_PREFIX": prefix,
+        "ARGUS_STREAMS__INTERNAL_PARTITIONS": "4",
+        "ARGUS_STREAMS__FUNNEL_GRACE_S": "5",
+        "ARGUS_STREAMS__FUNNEL_IDLE_S": "10",
+    }
+    workers = [
+        WorkerProcess(
+            r, env=env, log_path=tmp / f"{'-'.join(r)}.log", metrics_port=free_port()
+        ).start()
+        for r in SPLIT
+    ]
+    lay = Layout.for_ranks(a.ranks)
+    n_steps = int(a.minutes * 60 / PERIOD_S)
+    faults = _faults(lay, n_steps, a.period, a.fault_steps, a.seed)
+    sc = Scenario(
+        "soak",
+        tuple(faults),
+        GroundTruth("soak", "one rank's mlp 4x slower for a while, every few minutes"),
+    )
+    run = SimRun(sc, lay, n_steps, a.seed, f"soak-{a.ranks}", kernels=False)
+    steps_iter = simulate(run)
+    mix = synth.default_mix(0)
+    rng = np.random.default_rng(0)
+    # a pool of independent rank-windows; rank r uses pool[(r + step) % K] at each step, so
+    # a rank's kernels are fresh draws from window to window (one fixed draw per rank would
+    # be a persistent per-rank difference, which L3 rightly reports)
+    pool = [
+        synth.kernel_batch(rng, mix, job=run.job, rank=0, window_id=0, n_events=a.events)
+        for _ in range(_POOL)
+    ]
+    codec = Codec()
+    prod = Producer(
+        s.kafka_config(
+            **{"linger.ms": 20, "compression.type": "lz4", "queue.buffering.max.kbytes": 1048576}
+        )
+    )
+    watch = Watcher(s, ["alerts", "dlq"], prefix=prefix)
+    pids = {"steps worker": workers[0].proc.pid, "kernels worker": workers[1].proc.pid}  # type: ignore[union-attr]
+    if broker_pid:
+        pids["broker"] = broker_pid
+    samples: list[dict[str, Any]] = []
+    print(
+        f"soak: {lay.world} ranks ({lay}), {n_steps} steps at 15/min ({a.minutes:.0f} min), "
+        f"{len(faults)} faults: "
+        + ", ".join(f"rank {f.ranks[0]} @ step {f.onset}" for f in faults),
+        flush=True,
+    )
+    time.sleep(8)
+    t_start = time.monotonic()
+    pending: tuple[str, str, dict[str, Any]] | None = next(steps_iter)
+    try:
+        for step in range(n_steps):
+            t_step = t_start + step * PERIOD_S
+            w0, w1 = 2**63 - 1, 0  # the step's event-time span: the kernel window's too
+            while pending is not None and pending[2].get("step") == step:
+                w0 = min(w0, int(pending[2]["start_ns"]))
+                w1 = max(w1, int(pending[2]["end_ns"]))
+                prod.produce(
+                    f"{prefix}.raw.steps",
+                    key=pending[1].encode(),
+                    value=codec.encode("step_record", pending[2]),
+                )
+                pending = next(steps_iter, None)
+            for r in range(lay.world):
+                rec = dict(
+                    pool[(r + step) % _POOL],
+                    rank=r,
+                    coords=lay.coords(r),
+                    window_id=step,
+                    window_start_ns=w0,
+                    window_end_ns=w1,
+                )
+                v = codec.encode("kernel_batch", rec)
+                while True:
+                    try:
+                        prod.produce(
+                            f"{prefix}.raw.kernels", key=f"{run.job}/{r}".encode(), value=v
+                        )
+                        break
+                    except BufferError:
+                        prod.poll(0.05)
+                prod.poll(0)
+            if step % int(30 / PERIOD_S) == 0:
+                smp = {
+                    "t": time.monotonic() - t_start,
+                    "step": step,
+                    "lag": metric(workers[0], "argus_consumer_lag")
+                    + metric(workers[1], "argus_consumer_lag"),
+                    **{k: _rss_mb(p) for k, p in pids.items()},
+                }
+                samples.append(smp)
+                alerts = watch.get("alerts")
+                print(
+                    f"  t={smp['t']:5.0f} s step {step:4d}: lag {smp['lag']:7.0f}  "
+                    + "  ".join(f"{k} {smp[k]:6.0f} MB" for k in pids)
+                    + f"  alerts: {sum(x['action'] == 'trigger' for x in alerts)} triggers, "
+                    f"{sum(x['action'] == 'resolve' for x in alerts)} resolves",
+                    flush=True,
+                )
+            while (left := t_step + PERIOD_S - time.monotonic()) > 0:
+                prod.poll(min(left, 0.1))
+        prod.flush(60)
+        # the last fault's resolve needs ``resolve_after`` quiet funnel windows after it
+        watch.wait_for(
+            lambda w: len([x for x in w.get("alerts") if x["action"] == "resolve"]) >= len(faults),
+            timeout_s=240,
+        )
+        alive = {" ".join(w.roles): w.proc is not None and w.proc.poll() is None for w in workers}
+    finally:
+        for w in workers:
+            w.stop()
+        watch.close()
+        delete_topics(s, list(topics))
+    alerts = watch.get("alerts")
+    ok = True
+    print("\nfault  rank  onset  alerted  resolved")
+    for f in faults:
+        rk = f.ranks[0]
+        trig = [x for x in alerts if x["action"] == "trigger" and rk in x["ranks"]]
+        res = [x for x in alerts if x["action"] == "resolve" and rk in x["ranks"]]
+        good = bool(trig) and bool(res)
+        ok &= good
+        print(f"  {faults.index(f):3d}  {rk:4d}  {f.onset:5d}  {bool(trig)!s:7s}  {bool(res)!s}")
+    faulty = {f.ranks[0] for f in faults}
+    wrong = {r for x in alerts if x["action"] == "trigger" for r in x["ranks"]} - faulty
+    print(f"alerts naming a healthy rank: {sorted(wrong) or 'none'}")
+    for x in alerts:
+        if x["action"] == "trigger" and set(x["ranks"]) & wrong:
+            print(f"    e.g. {x['summary']}")
+            break
+    dlq = Counter(f"{d.get('role')}: {d.get('reason')}" for d in watch.get("dlq"))
+    for why, count in dlq.most_common(5):
+        print(f"  DLQ {count} x {why[:200]}")
+    ok &= not wrong
+    n = len(samples)
+    mid, last = samples[n // 3 : 2 * n // 3], samples[2 * n // 3 :]
+    print("process         RSS 2nd third   RSS last third   growth")
+    for k in pids:
+        m1, m2 = np.mean([x[k] for x in mid]), np.mean([x[k] for x in last])
+        g = m2 / m1 - 1
+        ok &= g <= a.rss_growth
+        print(f"  {k:14s} {m1:10.0f} MB  {m2:12.0f} MB  {100 * g:+6.1f}%")
+    l1, l2 = np.mean([x["lag"] for x in mid]), np.mean([x["lag"] for x in last])
+    lag_ok = l2 <= max(2 * l1, 1000)
+    ok &= lag_ok
+    print(
+        f"lag: mean {l1:.0f} (2nd third) -> {l2:.0f} (last third): {'flat' if lag_ok else 'GROWING'}"
+    )
+    print(f"workers alive at the end: {alive}; DLQ records: {len(watch.get('dlq'))}")
+    ok &= all(alive.values()) and not watch.get("dlq")
+    print(f"logs: {tmp}")
+    print("SOAK PASSED" if ok else "SOAK FAILED")
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    main()
