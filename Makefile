@@ -5,7 +5,7 @@ BIN      = $(VENV)/bin
 ARGUS    = $(BIN)/argus
 EXTRAS  ?= dev,torch
 
-.PHONY: setup kafka-up kafka-down topics demo test test-fast lint typecheck bench clean fuzz
+.PHONY: setup kafka-up kafka-down topics demo test test-fast lint typecheck bench clean fuzz soak
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -39,6 +39,9 @@ lint: ## ruff + mypy
 	$(BIN)/ruff check argus tests bench
 	$(BIN)/ruff format --check argus tests bench
 	$(BIN)/mypy
+
+soak: kafka-up ## 30 min at a sustained load with a fault every 6 min (SOAK_RANKS, SOAK_MINUTES)
+	$(BIN)/python bench/soak.py --ranks $${SOAK_RANKS:-256} --minutes $${SOAK_MINUTES:-30}
 
 fuzz: ## hypothesis fuzzing of the codec and every agent input path, 10,000 cases per target
 	ARGUS_FUZZ_EXAMPLES=$${ARGUS_FUZZ_EXAMPLES:-10000} $(BIN)/pytest -q --timeout=1800 tests/fuzz --hypothesis-show-statistics --durations=0
