@@ -9,6 +9,11 @@ Two framings, chosen per codec instance:
   schema id + body. Schemas are registered under their full record name
   (RecordNameStrategy, e.g. ``argus.StepRecord``).
 
+Schema evolution: earlier versions of a record's schema ship in ``history/`` as
+``<name>.<n>.avsc``. A record written with one of them (an older producer) is read with Avro
+schema resolution into the current schema (new fields take their defaults); so is a record
+whose registry schema differs from the shipped one.
+
 The decoder accepts both framings whatever it encodes with, so a consumer never needs to
 know how a producer was configured. Anything else raises :class:`DecodeError`.
 """
@@ -43,6 +48,7 @@ class RecordSchema:
     raw: dict[str, Any]
     parsed: Any
     fingerprint: bytes  # 8 bytes, wire order
+    writer: Any = None  # parsed writer schema when records were written with an older version
 
 
 @cache
@@ -54,10 +60,34 @@ def load_schemas() -> dict[str, RecordSchema]:
             continue
         raw = json.loads(entry.read_text())
         parsed = fastavro.parse_schema(raw, _write_hint=False)
-        fp = bytes.fromhex(fingerprint(to_parsing_canonical_form(parsed), "CRC-64-AVRO"))
+        fp = _fingerprint(parsed)
         full = f"{raw['namespace']}.{raw['name']}" if "namespace" in raw else raw["name"]
         name = entry.name.removesuffix(".avsc")
         out[name] = RecordSchema(name, full, raw, parsed, fp)
+    return out
+
+
+def _fingerprint(parsed: Any) -> bytes:
+    return bytes.fromhex(fingerprint(to_parsing_canonical_form(parsed), "CRC-64-AVRO"))
+
+
+@cache
+def load_history() -> dict[bytes, RecordSchema]:
+    """Earlier schema versions (``history/<name>.<n>.avsc``) by fingerprint, each resolving
+    into the current schema of ``<name>``."""
+    current = load_schemas()
+    out: dict[bytes, RecordSchema] = {}
+    folder = resources.files("argus.schemas").joinpath("history")
+    if not folder.is_dir():
+        return out
+    for entry in sorted(folder.iterdir(), key=lambda p: p.name):
+        if not entry.name.endswith(".avsc"):
+            continue
+        cur = current[entry.name.split(".")[0]]
+        writer = fastavro.parse_schema(json.loads(entry.read_text()), _write_hint=False)
+        fp = _fingerprint(writer)
+        if fp != cur.fingerprint:
+            out[fp] = RecordSchema(cur.name, cur.full_name, cur.raw, cur.parsed, fp, writer)
     return out
 
 
@@ -90,7 +120,7 @@ class Codec:
         registry_config: Mapping[str, Any] | None = None,
     ) -> None:
         self._schemas = load_schemas()
-        self._by_fp = {s.fingerprint: s for s in self._schemas.values()}
+        self._by_fp = {**load_history(), **{s.fingerprint: s for s in self._schemas.values()}}
         self._by_full = {s.full_name: s for s in self._schemas.values()}
         self._registry: Any = None
         self._id_of: dict[str, int] = {}
@@ -192,7 +222,10 @@ class Codec:
             raise DecodeError("wrong-record", f"expected {expect}, got {s.name}")
         bio = io.BytesIO(body)
         try:
-            rec = fastavro.schemaless_reader(bio, s.parsed, None)
+            if s.writer is None:
+                rec = fastavro.schemaless_reader(bio, s.parsed, None)
+            else:  # an older version of the schema: resolve into the current one
+                rec = fastavro.schemaless_reader(bio, s.writer, s.parsed)
         except Exception as exc:  # fastavro raises many types on corrupt bodies
             raise DecodeError(
                 "truncated" if isinstance(exc, EOFError) else "bad-body",
@@ -230,5 +263,8 @@ class Codec:
             raise DecodeError(
                 "unknown-schema-id", f"schema id {sid} is {full}, not an argus record"
             )
+        writer = fastavro.parse_schema(raw, _write_hint=False)
+        if _fingerprint(writer) != s2.fingerprint:  # another version: resolve into ours
+            s2 = RecordSchema(s2.name, s2.full_name, s2.raw, s2.parsed, s2.fingerprint, writer)
         self._schema_of_id[sid] = s2
         return s2

@@ -73,3 +73,26 @@ def test_new_writer_old_reader(batch: dict) -> None:
     with pytest.raises(sr.BatchError) as err:
         sr.groups_from_summary(got)
     assert err.value.reason == "bad-summary"
+
+
+def test_codec_reads_records_of_the_previous_schema_version(batch: dict) -> None:
+    """An older producer's single-object record (its own fingerprint) still decodes."""
+    import json
+    from importlib import resources
+
+    from argus.schemas import Codec
+    from argus.schemas.codec import SINGLE_OBJECT_MAGIC, _fingerprint
+
+    old_raw = json.loads(
+        resources.files("argus.schemas").joinpath("history/kernel_summary.1.avsc").read_text()
+    )
+    old = fastavro.parse_schema(old_raw)
+    rec = sr.summarize_batch(batch, config=PAPER)
+    rec = {k: v for k, v in rec.items() if k != "cluster_log_offsets"}
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(buf, old, rec)
+    data = SINGLE_OBJECT_MAGIC + _fingerprint(old) + buf.getvalue()
+    assert _fingerprint(old) != load_schemas()["kernel_summary"].fingerprint
+    got = Codec().decode_as("kernel_summary", data)
+    assert not got["cluster_log_offsets"] and got["group_kernel"] == rec["group_kernel"]
+    assert sr.groups_from_summary(got).keys() == sr.groups_from_summary(rec).keys()
