@@ -119,7 +119,11 @@ def _cpu_s(pid: int) -> float:
     return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def load(ranks: int, minutes: float, events: int, profile: bool) -> None:
+def _lag(workers: list[WorkerProcess], *roles: str) -> float:
+    return sum(metric(w, "argus_consumer_lag", role=r) for w in workers for r in roles)
+
+
+def load(ranks: int, minutes: float, events: int, profile: bool, split: int = 2) -> None:
     """R ranks at 15 steps/min, ``events`` kernel events per rank-step; lag must not grow."""
     from confluent_kafka import Producer
 
@@ -137,7 +141,7 @@ def load(ranks: int, minutes: float, events: int, profile: bool) -> None:
         WorkerProcess(
             r, env=env, log_path=tmp / f"{'-'.join(r)}.log", metrics_port=free_port()
         ).start()
-        for r in SPLIT
+        for r in (SPLIT if split == 2 else (SPLIT[0], ("compressor",), ("l3",)))
     ]
     lay = Layout.for_ranks(ranks)
     run = SimRun.make(
@@ -197,9 +201,8 @@ def load(ranks: int, minutes: float, events: int, profile: bool) -> None:
             samples.append(
                 (
                     time.monotonic() - t_start,
-                    metric(workers[0], "argus_consumer_lag", role="steps"),
-                    metric(workers[1], "argus_consumer_lag", role="compressor")
-                    + metric(workers[1], "argus_consumer_lag", role="l3"),
+                    _lag(workers, "steps"),
+                    _lag(workers, "compressor", "l3"),
                 )
             )
             print(
@@ -234,9 +237,8 @@ def load(ranks: int, minutes: float, events: int, profile: bool) -> None:
     self_cpu = sum(os.times()[:2]) - self0
     time.sleep(10)
     final = (
-        metric(workers[0], "argus_consumer_lag", role="steps"),
-        metric(workers[1], "argus_consumer_lag", role="compressor")
-        + metric(workers[1], "argus_consumer_lag", role="l3"),
+        _lag(workers, "steps"),
+        _lag(workers, "compressor", "l3"),
     )
     for w in workers:
         w.stop()
@@ -273,9 +275,16 @@ def main() -> None:
     ap.add_argument("--minutes", type=float, default=5.0)
     ap.add_argument("--events", type=int, default=3000, help="kernel events per rank-step (--load)")
     ap.add_argument("--profile", action="store_true", help="py-spy the workers half-way (--load)")
+    ap.add_argument(
+        "--split",
+        type=int,
+        choices=(2, 3),
+        default=2,
+        help="worker processes (--load): 2 = steps | compressor+l3; 3 = steps | compressor | l3",
+    )
     args = ap.parse_args()
     if args.load:
-        load(args.ranks, args.minutes, args.events, args.profile)
+        load(args.ranks, args.minutes, args.events, args.profile, args.split)
     else:
         latency(args.ranks, args.steps, args.rate)
 

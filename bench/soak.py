@@ -85,6 +85,13 @@ def main() -> None:
     ap.add_argument("--fault-steps", type=int, default=30, help="steps a fault lasts")
     ap.add_argument("--rss-growth", type=float, default=0.20)
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument(
+        "--split",
+        type=int,
+        choices=(2, 3),
+        default=3,
+        help="worker processes: 2 = steps | compressor+l3; 3 = steps | compressor | l3",
+    )
     a = ap.parse_args()
 
     from confluent_kafka import Producer
@@ -107,7 +114,7 @@ def main() -> None:
         WorkerProcess(
             r, env=env, log_path=tmp / f"{'-'.join(r)}.log", metrics_port=free_port()
         ).start()
-        for r in SPLIT
+        for r in (SPLIT if a.split == 2 else (SPLIT[0], ("compressor",), ("l3",)))
     ]
     lay = Layout.for_ranks(a.ranks)
     n_steps = int(a.minutes * 60 / PERIOD_S)
@@ -135,7 +142,7 @@ def main() -> None:
         )
     )
     watch = Watcher(s, ["alerts", "dlq"], prefix=prefix)
-    pids = {"steps worker": workers[0].proc.pid, "kernels worker": workers[1].proc.pid}  # type: ignore[union-attr]
+    pids = {" ".join(w.roles): w.proc.pid for w in workers if w.proc is not None}
     if broker_pid:
         pids["broker"] = broker_pid
     samples: list[dict[str, Any]] = []
@@ -184,8 +191,7 @@ def main() -> None:
                 smp = {
                     "t": time.monotonic() - t_start,
                     "step": step,
-                    "lag": metric(workers[0], "argus_consumer_lag")
-                    + metric(workers[1], "argus_consumer_lag"),
+                    "lag": sum(metric(w, "argus_consumer_lag") for w in workers),
                     **{k: _rss_mb(p) for k, p in pids.items()},
                 }
                 samples.append(smp)
@@ -239,7 +245,7 @@ def main() -> None:
         m1, m2 = np.mean([x[k] for x in mid]), np.mean([x[k] for x in last])
         g = m2 / m1 - 1
         ok &= g <= a.rss_growth
-        print(f"  {k:14s} {m1:10.0f} MB  {m2:12.0f} MB  {100 * g:+6.1f}%")
+        print(f"  {k:20s} {m1:10.0f} MB  {m2:12.0f} MB  {100 * g:+6.1f}%")
     l1, l2 = np.mean([x["lag"] for x in mid]), np.mean([x["lag"] for x in last])
     lag_ok = l2 <= max(2 * l1, 1000)
     ok &= lag_ok

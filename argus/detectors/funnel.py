@@ -590,7 +590,11 @@ def step(
         active = prev.active if prev is not None else False
         sig = prev.signature if prev is not None else ""
         alert_rec: Mapping[str, Any] = prev.alert if prev is not None else {}
-        if conf >= cfg.trigger_confidence and not _waiting_only(c):
+        if (
+            conf >= cfg.trigger_confidence
+            and not _waiting_only(c)
+            and (pers >= cfg.l3_only_persistence or not _l3_only(c))
+        ):
             new_sig = _signature(v)
             if not active or new_sig != sig:
                 rec = v.to_alert("trigger")
@@ -619,6 +623,11 @@ def step(
                 alerts.append(rec)
             del culprits[key]
     return FunnelState(window=w, culprits=culprits), FunnelOutput(verdicts, alerts)
+
+
+def _l3_only(c: Culprit) -> bool:
+    """The culprit's only evidence is L3 kernel divergences of named ranks."""
+    return all(f.level == "L3" and f.kind == "kernel_divergence" for f in c.findings)
 
 
 def _waiting_only(c: Culprit) -> bool:

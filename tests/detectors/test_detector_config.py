@@ -10,7 +10,7 @@ from argus.detectors.errors import DetectorConfigError
 
 def test_defaults() -> None:
     c = DetectorsConfig()
-    assert c.l1.spike_ratio == 2.0 and c.l3.iqr_alpha == 1.5 and c.l2.z == 3.5
+    assert c.l1.spike_ratio == 2.0 and c.l3.iqr_alpha == 3.0 and c.l2.z == 3.5
 
 
 def test_overrides_coerce_env_strings() -> None:
