@@ -223,7 +223,9 @@ def test_l3_only_culprit_pages_from_its_second_consecutive_window() -> None:
     assert out.verdicts and out.verdicts[0].confidence >= 0.5 and out.alerts == []
     s, out = funnel.step(s, [_l3((5,), w=(10, 19))])
     assert [a["action"] for a in out.alerts] == ["trigger"]
-    # with L2 beside it, one window is enough; and the knob can ask for one window only
+    # L1 names no rank: it does not make one window enough; L2 beside it does
+    assert not funnel.step(funnel.FunnelState(), [_l3((5,)), _l1(w=(0, 9))])[1].alerts
     assert funnel.step(funnel.FunnelState(), [_l3((5,)), _l2((5,))])[1].alerts
+    # and the knob can ask for one window only
     one = FunnelConfig(l3_only_persistence=1)
     assert funnel.step(funnel.FunnelState(), [_l3((5,))], one)[1].alerts
