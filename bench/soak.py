@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "tests" / "pipeline"))
 from harness import SPLIT, free_port, metric
 
 PERIOD_S = 4.0  # 15 steps/min
-_POOL = 97  # distinct rank-windows of kernel events (prime: no alignment with 10-step blocks)
+_POOL = 257  # distinct rank-windows of kernel events (prime: no alignment with 10-step blocks)
 
 
 def _rss_mb(pid: int) -> float:
@@ -128,7 +128,7 @@ def main() -> None:
     steps_iter = simulate(run)
     mix = synth.default_mix(0)
     rng = np.random.default_rng(0)
-    # a pool of independent rank-windows; rank r uses pool[(r + step) % K] at each step, so
+    # a pool of independent rank-windows; rank r uses pool[(7 r + 13 step) % K] at each step, so
     # a rank's kernels are fresh draws from window to window (one fixed draw per rank would
     # be a persistent per-rank difference, which L3 rightly reports)
     pool = [
@@ -170,7 +170,7 @@ def main() -> None:
                 pending = next(steps_iter, None)
             for r in range(lay.world):
                 rec = dict(
-                    pool[(r + step) % _POOL],
+                    pool[(7 * r + 13 * step) % _POOL],
                     rank=r,
                     coords=lay.coords(r),
                     window_id=step,
