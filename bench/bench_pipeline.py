@@ -22,6 +22,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -64,7 +65,7 @@ def latency(ranks: int, steps: int, rate: float) -> None:
     arrivals: dict[str, float] = {}
     lock = threading.Lock()
 
-    def on_record(_suffix: str, _key: str, rec: dict) -> None:  # type: ignore[type-arg]
+    def on_record(_suffix: str, _key: str, rec: dict[str, Any]) -> None:
         with lock:
             arrivals.setdefault(rec["id"], time.time())
 
@@ -211,6 +212,8 @@ def load(ranks: int, minutes: float, events: int, profile: bool, split: int = 2)
             )
         if profile and step == n_steps // 2:
             for w in workers:
+                if w.proc is None:
+                    continue
                 subprocess.Popen(
                     [
                         str(Path(sys.executable).parent / "py-spy"),
