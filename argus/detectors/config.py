@@ -210,10 +210,11 @@ class FunnelConfig:
         Confidence one finding of a level contributes at the threshold, before the score
         margin and persistence. L1 0.3, L2 0.5, L3 0.5 (ours: L1 names no rank).
     l3_only_persistence : int
-        A culprit named only by L3 kernel divergences triggers once it was seen in this many
-        consecutive windows. 2 (ours: healthy ranks of a 150-kernel mix still give a few
-        random L3 flags per block, often 2-3x over the threshold, so the margin does not
-        tell them apart; they do not repeat, a degraded kernel does).
+        A culprit named only by L3 (kernel divergences of ranks, or a group's divergence)
+        triggers once it was seen in this many consecutive windows. 2 (ours: healthy ranks
+        and groups of a 150-kernel mix still give a few random L3 flags per block, often 2-3x
+        over the threshold, so the margin does not tell them apart; they do not repeat, a
+        degraded kernel or link does).
     """
 
     trigger_confidence: float = 0.5

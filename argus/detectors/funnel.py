@@ -626,13 +626,13 @@ def step(
 
 
 def _l3_only(c: Culprit) -> bool:
-    """The culprit's only rank-naming evidence is L3 kernel divergences.
+    """The culprit's only evidence naming a rank or group is L3 (kernel or group divergence).
 
     L1 findings attach to every culprit of their window but name no rank, so they do not
-    corroborate which rank is at fault.
+    corroborate which rank or group is at fault.
     """
     fs = [f for f in c.findings if f.level != "L1"]
-    return bool(fs) and all(f.level == "L3" and f.kind == "kernel_divergence" for f in fs)
+    return bool(fs) and all(f.level == "L3" for f in fs)
 
 
 def _waiting_only(c: Culprit) -> bool:

@@ -226,6 +226,14 @@ def test_l3_only_culprit_pages_from_its_second_consecutive_window() -> None:
     # L1 names no rank: it does not make one window enough; L2 beside it does
     assert not funnel.step(funnel.FunnelState(), [_l3((5,)), _l1(w=(0, 9))])[1].alerts
     assert funnel.step(funnel.FunnelState(), [_l3((5,)), _l2((5,))])[1].alerts
+    # a group divergence alone waits for its second window too
+    g = _l3((), kernel="nccl_rs", collective=True, members=[4, 5], group=("edp", "ep1"))
+    s2, out = funnel.step(funnel.FunnelState(), [g])
+    assert out.alerts == []
+    g2 = _l3(
+        (), kernel="nccl_rs", collective=True, members=[4, 5], group=("edp", "ep1"), w=(10, 19)
+    )
+    assert funnel.step(s2, [g2])[1].alerts
     # and the knob can ask for one window only
     one = FunnelConfig(l3_only_persistence=1)
     assert funnel.step(funnel.FunnelState(), [_l3((5,))], one)[1].alerts

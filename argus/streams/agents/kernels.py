@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import base64
 import time
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from typing import Any
 
 import faust
@@ -43,6 +43,7 @@ def register_compressor(ctx: Ctx) -> None:
     announced: dict[str, set[int]] = {}
     since: dict[str, int] = defaultdict(int)
     sample: dict[tuple[str, int], dict[str, Any]] = {}  # (job, window) -> batches/summaries
+    checked: OrderedDict[tuple[str, int], None] = OrderedDict()  # windows already judged
 
     async def fidelity(now: float, force: bool = False) -> None:
         for key in list(sample):
@@ -52,6 +53,9 @@ def register_compressor(ctx: Ctx) -> None:
             ):
                 continue
             del sample[key]
+            checked[key] = None  # one check per sampled window, not one per 8 of its ranks
+            while len(checked) > 4096:
+                checked.popitem(last=False)
             if len(s["batches"]) < 4:
                 continue
             t0 = time.perf_counter()
@@ -87,7 +91,7 @@ def register_compressor(ctx: Ctx) -> None:
                 metrics.RECORDS_OUT.labels("compressor", "summary.kernels").inc()
                 metrics.COMPRESSION.labels(batch["job"]).set(len(raw) / max(len(data), 1))
                 w = int(batch["window_id"])
-                if w % ctx.pcfg.fidelity_every == 0:
+                if w % ctx.pcfg.fidelity_every == 0 and (batch["job"], w) not in checked:
                     s = sample.setdefault(
                         (batch["job"], w), {"t0": time.time(), "batches": [], "summaries": []}
                     )
