@@ -215,7 +215,8 @@ def test_strimzi_cluster_is_kraft_with_node_pools_and_the_pinned_kafka(
     assert k["spec"]["kafka"]["version"] == KAFKA_VERSION
     assert "zookeeper" not in k["spec"]
     listeners = {ls["name"]: ls for ls in k["spec"]["kafka"]["listeners"]}
-    assert listeners["plain"]["port"] == 9092 and listeners["plain"]["type"] == "internal"
+    # no plaintext listener: SCRAM over TLS only (tests/deploy/test_security_manifests.py)
+    assert listeners["tls"]["port"] == 9093 and listeners["tls"]["type"] == "internal"
     for ls in listeners.values():
         assert ls["name"].isalnum() and ls["name"].islower() and len(ls["name"]) <= 11
     pools = by_kind(docs, "KafkaNodePool")

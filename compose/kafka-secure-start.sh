@@ -1,0 +1,82 @@
+#!/bin/bash
+# Entrypoint of the kafka service under docker-compose.secure.yml (apache/kafka image):
+# SASL_SSL (SCRAM-SHA-512) on both client listeners, the StandardAuthorizer with no access
+# unless an ACL allows it, and the SCRAM users created when the storage is first formatted.
+#   kafka-secure-start.sh          write the configuration, format once, exec the broker
+#   kafka-secure-start.sh config   only write the configuration (tests)
+# Reads the Compose secrets in $SECRETS (/run/secrets): kafka_keystore, kafka_ca and
+# kafka_<user>_password for admin, collector, worker, ops, pagerduty. The admin password ends up
+# in $CONF/server.properties and admin.properties (mode 0600, container-private), as Kafka's
+# JAAS configuration requires; it is never an environment variable or a command-line argument
+# of the broker (it is one of kafka-storage's, once, at format time).
+set -euo pipefail
+SECRETS=${SECRETS:-/run/secrets}
+CONF=${CONF:-/tmp/argus-kafka}
+KAFKA_HOME=${KAFKA_HOME:-/opt/kafka}
+DATA=${KAFKA_DATA:-/var/lib/kafka/data}
+EXTERNAL_HOST=${ARGUS_KAFKA_EXTERNAL_HOST:-localhost}
+USERS="admin collector worker ops pagerduty"
+
+password() {
+    local f="$SECRETS/kafka_$1_password" pw
+    [[ -r $f ]] || { echo "kafka-secure-start: missing secret $f" >&2; exit 1; }
+    pw=$(tr -d '\r\n' <"$f")
+    [[ $pw =~ ^[A-Za-z0-9_-]{16,}$ ]] || {
+        echo "kafka-secure-start: $f must hold 16+ characters of [A-Za-z0-9_-]" >&2; exit 1; }
+    printf '%s' "$pw"
+}
+
+umask 077
+mkdir -p "$CONF"
+ADMIN=$(password admin)
+JAAS="org.apache.kafka.common.security.scram.ScramLoginModule required username=\"admin\" password=\"$ADMIN\";"
+cat >"$CONF/server.properties" <<PROPS
+# written by compose/kafka-secure-start.sh
+process.roles=broker,controller
+node.id=1
+# the controller listener is PLAINTEXT on loopback only: nothing outside this container reaches it
+controller.quorum.voters=1@127.0.0.1:9093
+controller.listener.names=CONTROLLER
+listeners=INTERNAL://:9092,EXTERNAL://:19092,CONTROLLER://127.0.0.1:9093
+advertised.listeners=INTERNAL://kafka:9092,EXTERNAL://$EXTERNAL_HOST:19092
+listener.security.protocol.map=INTERNAL:SASL_SSL,EXTERNAL:SASL_SSL,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=INTERNAL
+sasl.enabled.mechanisms=SCRAM-SHA-512
+sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512
+listener.name.internal.scram-sha-512.sasl.jaas.config=$JAAS
+listener.name.external.scram-sha-512.sasl.jaas.config=$JAAS
+ssl.keystore.type=PEM
+ssl.keystore.location=$SECRETS/kafka_keystore
+ssl.truststore.type=PEM
+ssl.truststore.location=$SECRETS/kafka_ca
+ssl.client.auth=none
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+allow.everyone.if.no.acl.found=false
+# admin: topics and ACLs; ANONYMOUS: the broker's own loopback connection to its controller
+super.users=User:admin;User:ANONYMOUS
+log.dirs=$DATA
+offsets.topic.replication.factor=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+group.initial.rebalance.delay.ms=0
+auto.create.topics.enable=false
+message.max.bytes=8388608
+PROPS
+# the healthcheck's client configuration (kafka-broker-api-versions.sh --command-config)
+cat >"$CONF/admin.properties" <<PROPS
+security.protocol=SASL_SSL
+sasl.mechanism=SCRAM-SHA-512
+sasl.jaas.config=$JAAS
+ssl.truststore.type=PEM
+ssl.truststore.location=$SECRETS/kafka_ca
+PROPS
+[[ ${1:-} == config ]] && exit 0
+
+scram=()
+for user in $USERS; do
+    scram+=(--add-scram "SCRAM-SHA-512=[name=$user,password=$(password "$user")]")
+done
+# --ignore-formatted: users are added on the first start only (a new volume)
+"$KAFKA_HOME/bin/kafka-storage.sh" format --ignore-formatted -t "${CLUSTER_ID:?}" \
+    -c "$CONF/server.properties" "${scram[@]}"
+exec "$KAFKA_HOME/bin/kafka-server-start.sh" "$CONF/server.properties"
