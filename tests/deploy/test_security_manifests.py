@@ -8,6 +8,7 @@ two cannot drift. Passwords must reach every client as a file from a Secret, nev
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -24,6 +25,7 @@ from tests.deploy.test_manifests import (
     BUILDS,
     K8S,
     ROOT,
+    _compose_cli,
     _containers,
     _pod_spec,
     all_manifests,
@@ -381,3 +383,34 @@ def test_broker_start_script_configures_sasl_ssl_only(made_secrets: Path, tmp_pa
         ["bash", script, "config"], env=env, capture_output=True, text=True, timeout=30
     )
     assert bad.returncode != 0 and "kafka_admin_password" in bad.stderr
+
+
+@pytest.mark.skipif(_compose_cli() is None, reason="docker compose not installed")
+def test_docker_compose_config_accepts_the_secure_override(made_secrets: Path) -> None:
+    cli = _compose_cli()
+    assert cli is not None
+    files = ["-f", "docker-compose.yml", "-f", SECURE_COMPOSE.name]
+    out = subprocess.run(
+        [*cli, *files, "--profile", "pagerduty", "config", "--format", "json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "HOME": str(Path.home()),
+            "ARGUS_PAGERDUTY_ROUTING_KEY": "x" * 32,
+            "ARGUS_COMPOSE_SECRETS": str(made_secrets),
+        },
+    )
+    assert out.returncode == 0, out.stderr
+    services = json.loads(out.stdout)["services"]
+    for name in ("compressor", "pagerduty", "topics", "acls"):
+        env = services[name]["environment"]
+        assert env["ARGUS_KAFKA_SECURITY_PROTOCOL"] == "SASL_SSL", name
+        assert not any(PLAIN_PASSWORD.fullmatch(k) for k in env), name
+    data = [
+        v["source"] for v in services["kafka"]["volumes"] if v["target"] == "/var/lib/kafka/data"
+    ]
+    assert data == ["kafka-secure-data"]
