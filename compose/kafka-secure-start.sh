@@ -15,6 +15,11 @@ CONF=${CONF:-/tmp/argus-kafka}
 KAFKA_HOME=${KAFKA_HOME:-/opt/kafka}
 DATA=${KAFKA_DATA:-/var/lib/kafka/data}
 EXTERNAL_HOST=${ARGUS_KAFKA_EXTERNAL_HOST:-localhost}
+# the Compose layout; tests/deploy/test_compose_secure_broker.py runs it on free ports
+BROKER_HOST=${BROKER_HOST:-kafka}
+INTERNAL_PORT=${INTERNAL_PORT:-9092}
+EXTERNAL_PORT=${EXTERNAL_PORT:-19092}
+CONTROLLER_PORT=${CONTROLLER_PORT:-9093}
 USERS="admin collector worker ops pagerduty"
 
 password() {
@@ -35,10 +40,10 @@ cat >"$CONF/server.properties" <<PROPS
 process.roles=broker,controller
 node.id=1
 # the controller listener is PLAINTEXT on loopback only: nothing outside this container reaches it
-controller.quorum.voters=1@127.0.0.1:9093
+controller.quorum.voters=1@127.0.0.1:$CONTROLLER_PORT
 controller.listener.names=CONTROLLER
-listeners=INTERNAL://:9092,EXTERNAL://:19092,CONTROLLER://127.0.0.1:9093
-advertised.listeners=INTERNAL://kafka:9092,EXTERNAL://$EXTERNAL_HOST:19092
+listeners=INTERNAL://:$INTERNAL_PORT,EXTERNAL://:$EXTERNAL_PORT,CONTROLLER://127.0.0.1:$CONTROLLER_PORT
+advertised.listeners=INTERNAL://$BROKER_HOST:$INTERNAL_PORT,EXTERNAL://$EXTERNAL_HOST:$EXTERNAL_PORT
 listener.security.protocol.map=INTERNAL:SASL_SSL,EXTERNAL:SASL_SSL,CONTROLLER:PLAINTEXT
 inter.broker.listener.name=INTERNAL
 sasl.enabled.mechanisms=SCRAM-SHA-512
