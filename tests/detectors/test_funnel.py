@@ -218,22 +218,34 @@ def test_retrigger_only_when_levels_or_severity_change() -> None:
     assert actions == ["trigger"]
 
 
-def test_l3_only_culprit_pages_from_its_second_consecutive_window() -> None:
-    s, out = funnel.step(funnel.FunnelState(), [_l3((5,), w=(0, 9))])
-    assert out.verdicts and out.verdicts[0].confidence >= 0.5 and out.alerts == []
-    s, out = funnel.step(s, [_l3((5,), w=(10, 19))])
+def test_l3_only_culprit_pages_from_its_third_consecutive_window() -> None:
+    s = funnel.FunnelState()
+    for k in range(2):
+        s, out = funnel.step(s, [_l3((5,), w=(10 * k, 10 * k + 9))])
+        assert out.verdicts and out.verdicts[0].confidence >= 0.5 and out.alerts == []
+    s, out = funnel.step(s, [_l3((5,), w=(20, 29))])
     assert [a["action"] for a in out.alerts] == ["trigger"]
     # L1 names no rank: it does not make one window enough; L2 beside it does
     assert not funnel.step(funnel.FunnelState(), [_l3((5,)), _l1(w=(0, 9))])[1].alerts
     assert funnel.step(funnel.FunnelState(), [_l3((5,)), _l2((5,))])[1].alerts
-    # a group divergence alone waits for its second window too
-    g = _l3((), kernel="nccl_rs", collective=True, members=[4, 5], group=("edp", "ep1"))
-    s2, out = funnel.step(funnel.FunnelState(), [g])
-    assert out.alerts == []
-    g2 = _l3(
-        (), kernel="nccl_rs", collective=True, members=[4, 5], group=("edp", "ep1"), w=(10, 19)
-    )
-    assert funnel.step(s2, [g2])[1].alerts
+
+    # a group divergence alone waits as long
+    def g(k: int) -> Finding:
+        return _l3(
+            (),
+            kernel="nccl_rs",
+            collective=True,
+            members=[4, 5],
+            group=("edp", "ep1"),
+            w=(10 * k, 10 * k + 9),
+        )
+
+    s = funnel.FunnelState()
+    alerts = []
+    for k in range(3):
+        s, out = funnel.step(s, [g(k)])
+        alerts.append(len(out.alerts))
+    assert alerts == [0, 0, 1]
     # and the knob can ask for one window only
     one = FunnelConfig(l3_only_persistence=1)
     assert funnel.step(funnel.FunnelState(), [_l3((5,))], one)[1].alerts
