@@ -209,8 +209,12 @@ def main() -> None:
                 prod.poll(min(left, 0.1))
         prod.flush(60)
         # the last fault's resolve needs ``resolve_after`` quiet funnel windows after it
+        faulty_ranks = {f.ranks[0] for f in faults}
         watch.wait_for(
-            lambda w: len([x for x in w.get("alerts") if x["action"] == "resolve"]) >= len(faults),
+            lambda w: (
+                {r for x in w.get("alerts") if x["action"] == "resolve" for r in x["ranks"]}
+                >= faulty_ranks
+            ),
             timeout_s=240,
         )
         alive = {" ".join(w.roles): w.proc is not None and w.proc.poll() is None for w in workers}
