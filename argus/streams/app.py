@@ -51,6 +51,29 @@ ROLES = ("compressor", "l1", "l2", "l3", "funnel", "stacks")
 TICK_KEY = b"\x00tick"
 
 
+def _flush_before_commit() -> None:
+    """Make faust flush the producer before it commits consumed offsets.
+
+    faust commits offsets without waiting for the table changelog records of the events it
+    processed; with the producer lingering (``producer_linger_s``) a crash right after a
+    commit could lose state changes whose events are already marked consumed. Patched once
+    on faust's base ``Consumer`` (the aiokafka driver does not override it); the flush costs
+    one round trip per commit interval (1 s).
+    """
+    from faust.transport.consumer import Consumer as FaustConsumer
+
+    if getattr(FaustConsumer._commit_offsets, "_argus_flushes", False):
+        return
+    original = FaustConsumer._commit_offsets
+
+    async def _commit_offsets(self: Any, offsets: Any, start_new_transaction: bool = True) -> bool:
+        await self.app.producer.flush()
+        return bool(await original(self, offsets, start_new_transaction=start_new_transaction))
+
+    _commit_offsets._argus_flushes = True  # type: ignore[attr-defined]
+    FaustConsumer._commit_offsets = _commit_offsets  # type: ignore[method-assign]
+
+
 def partition_of(key: str, partitions: int) -> int:
     """Partition of a re-keyed record (stable across processes: CRC-32 of the key)."""
     return zlib.crc32(key.encode()) % partitions
@@ -227,6 +250,7 @@ def build_app(
         app_id or f"{settings.topic_prefix}-{'-'.join(roles) if len(roles) < len(ROLES) else 'all'}"
     )
     brokers = ";".join(f"kafka://{h.strip()}" for h in settings.bootstrap_servers.split(","))
+    _flush_before_commit()
     app = faust.App(
         app_id,
         broker=brokers,
@@ -349,21 +373,21 @@ def window_agent(
                     st = state[key]
                     if await impl.tick(key, st, now):
                         state[key] = st
-                        await _flush_if_asked()
+                    await _after_write(key, st)
             return
         key = (ev.message.key or b"").decode()
         st = state.get(key) or impl.new(key)
         for item in msg["items"]:
             await impl.add(key, st, item, now)
         state[key] = st
-        await _flush_if_asked()
+        await _after_write(key, st)
 
-    async def _flush_if_asked() -> None:
-        # an impl that just sent something a restart must not repeat (an alert) asks for the
-        # state it wrote after it to leave the producer's linger buffer now
-        if getattr(impl, "flush_after_write", False):
-            impl.flush_after_write = False  # type: ignore[attr-defined]
-            await ctx.app.producer.flush()
+    async def _after_write(key: str, st: dict[str, Any]) -> None:
+        # output that must follow the state durably (the funnel's alert outbox): the impl
+        # sends it once the state holding it was written; True when it changed ``st`` again
+        hook = getattr(impl, "after_write", None)
+        if hook is not None and await hook(key, st):
+            state[key] = st
 
     @ctx.app.agent(topic, name=name)
     async def _windows(stream: faust.StreamT) -> None:

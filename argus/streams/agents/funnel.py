@@ -69,7 +69,7 @@ class _Funnel:
         self.w = ctx.pcfg.funnel_window_steps
         self.grace = ctx.pcfg.funnel_grace_s
         self.idle = ctx.pcfg.funnel_idle_s
-        self.flush_after_write = False
+        self.resumed: set[str] = set()  # jobs whose state this process has touched
 
     def new(self, key: str) -> dict[str, Any]:
         return {
@@ -81,6 +81,7 @@ class _Funnel:
             "t_progress": 0.0,
             "l3": {},
             "seen": [],
+            "outbox": [],
         }
 
     def _start(self, st: dict[str, Any], step: int, now: float) -> None:
@@ -89,6 +90,7 @@ class _Funnel:
             st["t_progress"] = now
 
     async def add(self, job: str, st: dict[str, Any], m: dict[str, Any], now: float) -> None:
+        self._resumed(job, st, now)
         if "l3" in m:
             st["l3"][m["l3"]] = max(int(m["w"]), int(st["l3"].get(m["l3"], -1)))
             return
@@ -104,10 +106,20 @@ class _Funnel:
         k = max(int(m["window_end_step"]) // self.w, st["closed"] + 1)
         st["buckets"].setdefault(str(k), []).append(m)
 
+    def _resumed(self, job: str, st: dict[str, Any], now: float) -> bool:
+        """First sight of a job's state in this process (after a restart): the time the
+        funnel itself was down is not the job's idleness, or its open alerts would resolve
+        and trigger anew; count idleness from now."""
+        if job in self.resumed:
+            return False
+        self.resumed.add(job)
+        st["t_progress"] = max(float(st["t_progress"]), now)
+        return True
+
     async def tick(self, job: str, st: dict[str, Any], now: float) -> bool:
         if st["closed"] is None:
             return False
-        changed = False
+        changed = self._resumed(job, st, now)
         l3 = min(st["l3"].values()) if st["l3"] else None
         while True:
             k = st["closed"] + 1
@@ -136,11 +148,26 @@ class _Funnel:
         st["closed"] = k
         fs, out = funnel.step(funnel.FunnelState.from_dict(st["fs"]), findings, self.cfg)
         st["fs"] = fs.to_dict()
-        for alert in out.alerts:
+        # alerts leave through the outbox, after the state that knows of them (after_write)
+        st.setdefault("outbox", []).extend(out.alerts)
+
+    async def after_write(self, job: str, st: dict[str, Any]) -> bool:
+        """Send the outbox once the state holding it is durable; True when ``st`` changed.
+
+        Order: the state with the outbox is flushed, then the alerts are sent and flushed,
+        then the outbox is emptied (window_agent writes that). A crash before the alerts left
+        loses nothing (the restored state still holds them, sent at the next event or tick);
+        a crash after it only repeats identical alert records.
+        """
+        if not st.get("outbox"):
+            return False
+        await self.ctx.app.producer.flush()
+        for alert in st["outbox"]:
             await self.ctx.emit("alerts", alert["dedup_key"], "alert", alert, "funnel")
             metrics.ALERTS.labels(alert["action"]).inc()
-        # the state that knows of these alerts goes out right behind them (window_agent)
-        self.flush_after_write = self.flush_after_write or bool(out.alerts)
+        await self.ctx.app.producer.flush()
+        st["outbox"] = []
+        return True
 
 
 def register(ctx: Ctx) -> None:
