@@ -51,29 +51,6 @@ ROLES = ("compressor", "l1", "l2", "l3", "funnel", "stacks")
 TICK_KEY = b"\x00tick"
 
 
-def _flush_before_commit() -> None:
-    """Make faust flush the producer before it commits consumed offsets.
-
-    faust commits offsets without waiting for the table changelog records of the events it
-    processed; with the producer lingering (``producer_linger_s``) a crash right after a
-    commit could lose state changes whose events are already marked consumed. Patched once
-    on faust's base ``Consumer`` (the aiokafka driver does not override it); the flush costs
-    one round trip per commit interval (1 s).
-    """
-    from faust.transport.consumer import Consumer as FaustConsumer
-
-    if getattr(FaustConsumer._commit_offsets, "_argus_flushes", False):
-        return
-    original = FaustConsumer._commit_offsets
-
-    async def _commit_offsets(self: Any, offsets: Any, start_new_transaction: bool = True) -> bool:
-        await self.app.producer.flush()
-        return bool(await original(self, offsets, start_new_transaction=start_new_transaction))
-
-    _commit_offsets._argus_flushes = True  # type: ignore[attr-defined]
-    FaustConsumer._commit_offsets = _commit_offsets  # type: ignore[method-assign]
-
-
 def partition_of(key: str, partitions: int) -> int:
     """Partition of a re-keyed record (stable across processes: CRC-32 of the key)."""
     return zlib.crc32(key.encode()) % partitions
@@ -250,7 +227,6 @@ def build_app(
         app_id or f"{settings.topic_prefix}-{'-'.join(roles) if len(roles) < len(ROLES) else 'all'}"
     )
     brokers = ";".join(f"kafka://{h.strip()}" for h in settings.bootstrap_servers.split(","))
-    _flush_before_commit()
     app = faust.App(
         app_id,
         broker=brokers,
