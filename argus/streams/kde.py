@@ -43,6 +43,7 @@ ARGUS, arXiv:2606.20374, §5.2 (notes: ``shared/notes/paper.md`` §5). Bandwidth
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Iterator
@@ -491,14 +492,14 @@ def _validate(
         raise SummaryInputError(f"durations_ns must be numbers, got dtype {d.dtype}")
     if g.size and g.dtype.kind == "i" and g.min() < 0:
         raise SummaryInputError("group_ids must be non-negative")
-    return g, d.astype(np.float64, copy=False)
+    return g, d
 
 
 def _reject(d: np.ndarray) -> tuple[np.ndarray | None, Rejected]:
     """Mask of valid durations (None when all are valid) and the rejection counts."""
-    valid = (d > 0.0) & (d < np.inf)
-    if valid.all():
+    if d.size == 0 or (float(d.min()) > 0.0 and float(d.max()) < np.inf):  # NaN fails both
         return None, Rejected()
+    valid = (d > 0.0) & (d < np.inf)
     nan = int(np.isnan(d).sum())
     inf = int(np.isposinf(d).sum())
     return valid, Rejected(nonpositive=int(d.size - valid.sum()) - nan - inf, nan=nan, inf=inf)
@@ -509,7 +510,7 @@ def _densify(g: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     gmin = int(g.min())
     span = int(g.max()) - gmin
     if span < 4 * g.size + 4096:
-        shifted = (g - gmin).astype(np.intp) if gmin else g.astype(np.intp, copy=False)
+        shifted = (g - gmin if gmin else g).astype(np.intp, copy=False)
         counts_all = np.bincount(shifted, minlength=span + 1)
         present = counts_all > 0
         ids = np.flatnonzero(present).astype(np.int64) + gmin
@@ -519,11 +520,16 @@ def _densify(g: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return labels.reshape(-1), ids.astype(np.int64), counts.astype(np.int64)
 
 
+@functools.lru_cache(maxsize=16)
 def _gaussian_taps(points_per_bw: float, support: float) -> tuple[np.ndarray, int]:
+    """Normalised Gaussian taps (2·pad + 1,) at ``points_per_bw`` points per bandwidth,
+    truncated at ``support`` bandwidths; read-only (cached)."""
     pad = math.ceil(support * points_per_bw)
     t = np.arange(-pad, pad + 1) / points_per_bw
     taps = np.exp(-0.5 * t * t)
-    return taps / taps.sum(), pad
+    taps /= taps.sum()
+    taps.setflags(write=False)
+    return taps, pad
 
 
 def _empty(config: KdeConfig, rejected: Rejected) -> ManySummary:
@@ -576,28 +582,32 @@ def summarize_many(
         return _empty(config, rejected)
 
     labels, ids, counts = _densify(g_in)
+    del g_in  # large temporaries are dropped as soon as possible: fewer fresh pages
     n_groups = ids.size
     lv = np.asarray(config.quantile_levels, dtype=np.float64)
 
-    # (2) one sort orders every group's log-durations
-    x = np.log(d_in)
+    # (2) one sort orders every group's log-durations: xs (n,) holds ln(duration) - x0 plus
+    # the group's offset shift[g]; everything below uses differences inside a group only
+    x = np.log(d_in, dtype=np.float64)
+    del d_in
     x0 = float(x.min())
     span = float(x.max()) - x0
     stride = 2.0 ** math.ceil(math.log2(span + 1.0))
     if n_groups * stride < _KEY_LIMIT:
-        key = labels * stride + (x - x0)
-        key.sort()
-        gs = np.repeat(np.arange(n_groups), counts)
-        xs = key - gs * stride + x0
+        xs = x
+        xs -= x0
+        xs += labels * stride
+        xs.sort()
+        shift = np.arange(n_groups) * stride
     else:  # precision of the composite key would suffer: fall back to lexsort
-        order = np.lexsort((x, labels))
-        xs = x[order]
-        gs = labels[order]
+        xs = x[np.lexsort((x, labels))]
+        shift, x0 = np.zeros(n_groups), 0.0
+    del x, labels
     ends = np.cumsum(counts)
     starts = ends - counts
 
     # (3)-(5) valley splits per group, then (refinement) inside each cluster
-    splits = _valley_splits(xs, starts, counts, gs, config)
+    splits = _valley_splits(xs, starts, counts, config)
     fresh = splits  # splits of the last pass: only the clusters around them can split again
     for _ in range(config.refine_passes):
         if fresh.size == 0:
@@ -607,12 +617,13 @@ def summarize_many(
         # the two clusters on either side of each fresh split (a cluster may border two)
         seg = np.unique(np.concatenate((b_idx - 1, b_idx)))
         seg_start, seg_n = bounds[seg], bounds[seg + 1] - bounds[seg]
+        may = _may_split(xs, seg_start, seg_n, config)
+        if not may.any():
+            break
+        seg_start, seg_n = seg_start[may], seg_n[may]
         sub_start = np.cumsum(seg_n) - seg_n
         take = np.repeat(seg_start - sub_start, seg_n) + np.arange(int(seg_n.sum()))
-        sub = _valley_splits(
-            xs[take], sub_start, seg_n, np.repeat(np.arange(seg.size), seg_n), config
-        )
-        fresh = take[sub] if sub.size else sub
+        fresh = take[_valley_splits(xs[take], sub_start, seg_n, config)]
         splits = np.sort(np.concatenate((splits, fresh)))
     splits = _cap_clusters(xs, starts, splits, config.max_clusters)
 
@@ -621,7 +632,7 @@ def summarize_many(
     cend = np.append(cstart[1:], xs.size)
     cgroup = np.searchsorted(starts, cstart, side="right") - 1
     ccount = cend - cstart
-    quant = _cluster_quantiles(xs, cstart, ccount, lv)
+    quant = _cluster_quantiles(xs, cstart, ccount, lv, shift[cgroup], x0)
     first = np.searchsorted(cgroup, np.arange(n_groups + 1), side="left").astype(np.int64)
     return ManySummary(
         group_ids=ids,
@@ -637,61 +648,99 @@ def summarize_many(
 
 
 def _valley_splits(
-    xs: np.ndarray, starts: np.ndarray, counts: np.ndarray, gs: np.ndarray, config: KdeConfig
+    xs: np.ndarray, starts: np.ndarray, counts: np.ndarray, config: KdeConfig
 ) -> np.ndarray:
-    """Kept valley split positions (into ``xs``) for contiguous sorted segments.
+    """Kept valley split positions (into ``xs``) for contiguous sorted segments, increasing.
 
-    ``xs`` is sorted within each segment ``[starts[s], starts[s] + counts[s])``; ``gs`` (n,)
-    is the segment of each element. Steps 3-5 of the module doc.
+    ``xs`` (n,) is sorted within each segment ``[starts[s], starts[s] + counts[s])``; the
+    segments are non-empty and lie end to end from 0 to n. Only differences inside a segment
+    are used, so each segment may carry its own offset. Steps 3-5 of the module doc. Per
+    event: one subtraction, three products or sums, two segment sums and one ``bincount``;
+    the rest is per grid point or per segment.
     """
-    n_seg = starts.size
     ends = starts + counts
-    # (3) per-segment bandwidth
+    # (3) per-segment bandwidth (moments about the segment's minimum, for precision)
     gmin = xs[starts]
-    gmax = xs[ends - 1]
-    rng = gmax - gmin
-    xc = xs - gmin[gs]
-    s1 = np.bincount(gs, weights=xc, minlength=n_seg)
-    s2 = np.bincount(gs, weights=xc * xc, minlength=n_seg)
+    rng = xs[ends - 1] - gmin
+    xc = np.repeat(gmin, counts)
+    np.subtract(xs, xc, out=xc)
+    s1 = np.add.reduceat(xc, starts)
+    tmp = np.multiply(xc, xc)
+    s2 = np.add.reduceat(tmp, starts)
+    del tmp
     nf = counts.astype(np.float64)
-    var = np.maximum(s2 - s1 * s1 / nf, 0.0) / np.maximum(nf - 1.0, 1.0)
-    sigma = np.sqrt(var)
+    var = s2 - s1 * s1 / nf
+    var /= np.maximum(nf - 1.0, 1.0)
+    sigma = np.sqrt(np.maximum(var, 0.0, out=var), out=var)
     if config.bandwidth_rule == "silverman":
         iqr = _order_stat(xs, starts, counts, 0.75) - _order_stat(xs, starts, counts, 0.25)
         robust = iqr / 1.349
         sigma = np.where((robust > 0) & (robust < sigma), robust, sigma)
     h = config.bandwidth_factor * sigma * nf ** (-0.2)
 
-    # (4) flat grid of all segments; step = h / points_per_bw, capped by max_grid_points
+    # (4) flat grid of all segments; step = h / points_per_bw, capped by max_grid_points.
+    # A segment narrower than 2 · min_log_gap cannot hold a boundary (step 5): one grid point.
     taps, pad = _gaussian_taps(config.grid_points_per_bandwidth, config.kernel_support)
-    inner_max = config.max_grid_points - 2 * pad - 1
-    splittable = (rng > 0) & (h > 0) & (counts >= 2)
-    step = np.where(splittable, h / config.grid_points_per_bandwidth, 1.0)
-    step = np.where(splittable, np.maximum(step, rng / max(inner_max, 1)), 1.0)
-    inner = np.where(splittable, np.ceil(rng / step).astype(np.int64) + 1, 1)
+    inner_max = max(config.max_grid_points - 2 * pad - 1, 1)
+    splittable = (h > 0) & (counts >= 2) & (rng > 0) & (rng >= _narrowest(config))
+    step = np.maximum(h / config.grid_points_per_bandwidth, rng / inner_max)
+    step[~splittable] = 1.0
+    inner = np.ceil(rng / step).astype(np.int64) + 1
+    inner[~splittable] = 1
     size = inner + 2 * pad
     goff = np.cumsum(size) - size  # first grid point of each segment
-    bins = np.rint(xc / step[gs]).astype(np.int64)
-    np.minimum(bins, (inner - 1)[gs], out=bins)
-    flat = goff[gs] + pad + bins
-    hist = np.bincount(flat, minlength=int(size.sum()))
+    # grid point of each event: goff + pad + round(xc / step), as one product and one sum
+    # (xc <= rng, so it never passes the segment's last inner point)
+    inv = 1.0 / step
+    inv[~splittable] = 0.0
+    t = xc  # reused in place: xc is not needed any more
+    t *= np.repeat(inv, counts)
+    t += np.repeat(goff + (pad + 0.5), counts)
+    hist = np.bincount(t.astype(np.intp), minlength=int(goff[-1] + size[-1]))
+    del t, xc
     dens = np.convolve(hist.astype(np.float64), taps, mode="same")
 
-    # (5) valleys: local minima, a flat run counted at its right end
-    sgn = np.sign(np.diff(dens))
-    idx = np.where(sgn != 0, np.arange(sgn.size), 0)
-    np.maximum.accumulate(idx, out=idx)
-    filled = sgn[idx]
-    cand = np.flatnonzero((filled[:-1] < 0) & (sgn[1:] > 0)) + 1  # flat grid points
+    # (5) valleys: local minima, a flat run counted at its right end: a grid point where the
+    # density starts rising and last changed by falling
+    d = np.diff(dens)
+    nz = np.flatnonzero(d)
+    rising = d[nz] > 0
+    cand = nz[np.flatnonzero(rising[1:] > rising[:-1]) + 1]  # grid points, >= 1
     if cand.size == 0:
         return cand
-    cum = np.concatenate(([0], np.cumsum(hist)))
-    pos = cum[cand]  # split index into xs: events in bins < cand go left
+    pos = np.cumsum(hist)[cand - 1]  # split index into xs: events in bins < cand go left
     cg = np.searchsorted(goff, cand, side="right") - 1
     deep = _deep_valleys(dens, cand, goff, config.valley_depth)
     return _filter_valleys(
-        cand, pos, cg, deep, xs, starts, ends, goff, gmin, gmax, step, pad, splittable, config
+        cand, pos, cg, deep, xs, starts, ends, goff, rng, step, pad, splittable, config
     )
+
+
+def _narrowest(config: KdeConfig) -> float:
+    """Least range (ln units) of a segment that can hold a boundary: boundaries keep
+    ``min_log_gap`` from both ends (a hair under 2 · min_log_gap, for rounding)."""
+    return 2.0 * config.min_log_gap * (1.0 - 1e-9)
+
+
+def _may_split(xs: np.ndarray, start: np.ndarray, n: np.ndarray, config: KdeConfig) -> np.ndarray:
+    """(S,) bool: segment ``xs[start[s] : start[s] + n[s]]`` (sorted) can have a kept valley.
+
+    Exact, not a heuristic: a boundary keeps ``min_log_gap`` from both ends of the segment,
+    and leaves ``min_samples_per_side`` events on each side unless it is at a data gap of
+    ``isolate_log_gap``; a segment that can satisfy neither is not searched again.
+    """
+    m = config.min_samples_per_side
+    rng = xs[start + n - 1] - xs[start]
+    ok: np.ndarray = (n >= 2) & (rng > 0) & (rng >= _narrowest(config))
+    few = ok & (n < 2 * m)  # then only a split at a wide data gap can be kept (m >= 2 here)
+    if few.any():
+        if math.isinf(config.isolate_log_gap):
+            ok &= ~few
+        else:
+            a, c = start[few], n[few]
+            j = a[:, None] + np.minimum(np.arange(2 * m - 2)[None, :], (c - 2)[:, None])
+            ok[few] = (xs[j + 1] - xs[j]).max(axis=1) >= config.isolate_log_gap
+    return ok
 
 
 def _order_stat(xs: np.ndarray, starts: np.ndarray, counts: np.ndarray, q: float) -> np.ndarray:
@@ -702,14 +751,23 @@ def _order_stat(xs: np.ndarray, starts: np.ndarray, counts: np.ndarray, q: float
 
 
 def _cluster_quantiles(
-    xs: np.ndarray, cstart: np.ndarray, ccount: np.ndarray, levels: np.ndarray
+    xs: np.ndarray,
+    cstart: np.ndarray,
+    ccount: np.ndarray,
+    levels: np.ndarray,
+    shift: np.ndarray,
+    x0: float,
 ) -> np.ndarray:
-    """(C, L) quantiles in ns with numpy's linear rule on the durations (not their logs)."""
+    """(C, L) quantiles in ns with numpy's linear rule on the durations (not their logs).
+
+    ``ln(duration) = xs - shift[c] + x0`` for the events of cluster c.
+    """
     p = cstart[:, None] + levels[None, :] * (ccount - 1)[:, None]
     lo = np.floor(p).astype(np.int64)
     hi = np.minimum(lo + 1, (cstart + ccount - 1)[:, None])
-    a = np.exp(xs[lo])
-    b = np.exp(xs[hi])
+    sh = shift[:, None]
+    a = np.exp(xs[lo] - sh + x0)
+    b = np.exp(xs[hi] - sh + x0)
     out: np.ndarray = a + (p - lo) * (b - a)
     return out
 
@@ -736,58 +794,67 @@ def _filter_valleys(
     starts: np.ndarray,
     ends: np.ndarray,
     goff: np.ndarray,
-    gmin: np.ndarray,
-    gmax: np.ndarray,
+    rng: np.ndarray,
     step: np.ndarray,
     pad: int,
     splittable: np.ndarray,
     config: KdeConfig,
 ) -> np.ndarray:
-    """Split positions (into xs) of the kept valleys, increasing. See module doc, step 5."""
+    """Split positions (into xs) of the kept valleys, increasing. See module doc, step 5.
+
+    ``cand`` (V,) grid points of the valleys, ``pos`` their split index into ``xs``, ``cg``
+    their segment, ``deep`` whether they pass ``valley_depth``; ``rng`` (S,) is each
+    segment's range and ``step`` its grid step (ln units).
+    """
     m = config.min_samples_per_side
+    mlg = config.min_log_gap
     left = pos - starts[cg]
     right = ends[cg] - pos
-    inside = (left > 0) & (right > 0) & splittable[cg]
-    cand, pos, cg, left, right = cand[inside], pos[inside], cg[inside], left[inside], right[inside]
-    deep = deep[inside]
-    if cand.size == 0:
-        return pos
-    gap = xs[pos] - xs[pos - 1]
-    strong = gap >= config.isolate_log_gap
-    ok = strong | ((left >= m) & (right >= m) & deep)
-    cand, pos, cg, gap, strong = cand[ok], pos[ok], cg[ok], gap[ok], strong[ok]
-    if cand.size == 0:
-        return pos
-    xb = gmin[cg] + (cand - goff[cg] - pad) * step[cg]  # boundary location, ln(ns)
-    # boundaries keep min_log_gap from each other and from the data's ends
-    ok = xb <= gmax[cg] - config.min_log_gap
-    cand, pos, cg, gap, strong, xb = cand[ok], pos[ok], cg[ok], gap[ok], strong[ok], xb[ok]
-    if cand.size == 0:
-        return pos
+    idx = np.flatnonzero((left > 0) & (right > 0) & splittable[cg])
+    if idx.size == 0:
+        return idx
+    cand, pos, cg = cand[idx], pos[idx], cg[idx]
+    strong = xs[pos] - xs[pos - 1] >= config.isolate_log_gap
+    xb = (cand - goff[cg] - pad) * step[cg]  # boundary location above the segment's minimum
+    # enough events on each side (or a wide data gap), and min_log_gap from the data's top
+    ok = strong | ((left[idx] >= m) & (right[idx] >= m) & deep[idx])
+    ok &= xb <= rng[cg] - mlg
+    idx = np.flatnonzero(ok)
+    if idx.size == 0:
+        return idx
+    pos, cg, strong, xb = pos[idx], cg[idx], strong[idx], xb[idx]
 
-    # greedy left-to-right scan, vectorized over groups: round k handles each group's k-th
-    # candidate, so the loop runs (max candidates per group) times, not once per candidate.
-    first = np.flatnonzero(np.r_[True, cg[1:] != cg[:-1]])
-    rank = np.arange(cg.size) - np.repeat(first, np.diff(np.r_[first, cg.size]))
-    n_groups = starts.size
+    # greedy left-to-right scan: a boundary keeps min_log_gap from the previous kept one (or
+    # the data's bottom) and min_samples_per_side events from it (unless both are at wide
+    # gaps). Vectorized over segments: round k handles each segment's k-th candidate.
+    new_seg = np.empty(cg.size, dtype=bool)
+    new_seg[0] = True
+    np.not_equal(cg[1:], cg[:-1], out=new_seg[1:])
+    if new_seg.all():  # one candidate per segment (the common case): a single round
+        keep = ((pos - starts[cg] >= m) | strong) & (xb >= mlg)
+        out: np.ndarray = pos[keep]
+        return out
+    first = np.flatnonzero(new_seg)
+    rank = np.arange(cg.size) - np.repeat(first, np.diff(np.append(first, cg.size)))
     last_pos = starts.copy()
-    last_strong = np.ones(n_groups, dtype=bool)
-    last_x = gmin.copy()
+    last_strong = np.ones(starts.size, dtype=bool)
+    last_x = np.zeros(starts.size)
     kept = np.zeros(cg.size, dtype=bool)
     by_rank = np.argsort(rank, kind="stable")
-    bounds = np.searchsorted(rank[by_rank], np.arange(int(rank.max()) + 2))
-    for k in range(int(rank.max()) + 1):
+    n_rounds = int(rank.max()) + 1
+    bounds = np.searchsorted(rank[by_rank], np.arange(n_rounds + 1))
+    for k in range(n_rounds):
         sel = by_rank[bounds[k] : bounds[k + 1]]
         g = cg[sel]
         big_enough = (pos[sel] - last_pos[g] >= m) | (strong[sel] & last_strong[g])
-        far_enough = xb[sel] - last_x[g] >= config.min_log_gap
+        far_enough = xb[sel] - last_x[g] >= mlg
         acc = sel[big_enough & far_enough]
         kept[acc] = True
         ga = cg[acc]
         last_pos[ga] = pos[acc]
         last_strong[ga] = strong[acc]
         last_x[ga] = xb[acc]
-    out: np.ndarray = pos[kept]
+    out = pos[kept]
     return out
 
 
