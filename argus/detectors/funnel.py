@@ -12,7 +12,8 @@ Two pure steps:
    **confidence**, and emits ``alert`` records (``alert.avsc``): ``trigger`` when a culprit's
    confidence first reaches ``trigger_confidence`` or its levels or severity change (a
    culprit whose only evidence is one rank waiting longer in a collective never pages: that is
-   a victim's symptom), ``resolve`` after
+   a victim's symptom; nor does one whose only evidence is waiting of peers of a compute
+   straggler of this or the previous window), ``resolve`` after
    ``resolve_after`` windows without it.
 
 :class:`FunnelState` is a frozen value holding everything the stream funnel agent must keep
@@ -31,12 +32,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from argus.detectors.config import FunnelConfig
 from argus.detectors.findings import Finding, finding_id
+from argus.detectors.routing import DEFAULT_GROUPS, DIMS
 
 __all__ = [
     "Culprit",
@@ -163,6 +165,132 @@ def _compute_ranks(cl: Sequence[Finding]) -> set[int]:
     }
 
 
+def _fixed_dims(group_id: str) -> dict[str, int] | None:
+    """Dimensions a routing group id fixes: ``"pp2.tp0"`` -> ``{"pp": 2, "tp": 0}``.
+
+    ``"all"`` fixes none (``{}``); None when ``group_id`` is not a routing id
+    (:func:`argus.detectors.routing.group_id`), e.g. a hand-made test group.
+    """
+    if group_id == "all":
+        return {}
+    out: dict[str, int] = {}
+    for part in group_id.split("."):
+        dim, idx = part[:2], part[2:]
+        if dim not in DIMS or not idx.isdigit() or dim in out:
+            return None
+        out[dim] = int(idx)
+    return out
+
+
+def _coords(group_ids: Iterable[str]) -> dict[str, int]:
+    """What the group ids naming one rank tell of its coordinates (every dimension they fix)."""
+    out: dict[str, int] = {}
+    for g in group_ids:
+        for d, v in (_fixed_dims(g) or {}).items():
+            out.setdefault(d, v)
+    return out
+
+
+def _peers(a: Mapping[str, int], b: Mapping[str, int]) -> bool:
+    """Ranks at (partly known) coordinates ``a`` and ``b`` can share a comparison group.
+
+    The dimensions where both are known and differ must all be varied by one group kind of
+    :data:`argus.detectors.routing.DEFAULT_GROUPS` (``tp``, ``pp``, ``ep``, ``edp``: one
+    dimension; ``dp``: dp and ep): e.g. a rank and its TP partner, its pipeline neighbour,
+    its EP peers. Unknown dimensions do not separate them.
+    """
+    diff = {d for d in a.keys() & b.keys() if a[d] != b[d]}
+    return any(diff <= set(v) for k, v in DEFAULT_GROUPS.items() if k != "job")
+
+
+def _waiting(f: Finding) -> bool:
+    """A victim's symptom: late into a collective (L2), or one rank's collective kernel (L3)."""
+    if f.level == "L2":
+        return f.evidence.get("role") == "late_arrival"
+    return f.level == "L3" and bool(f.ranks) and f.evidence.get("collective") == "true"
+
+
+def _core_ranks(cl: Sequence[Finding]) -> set[int]:
+    """Ranks slow themselves: L2 compute stragglers, else ranks with slow compute kernels."""
+    return _compute_ranks(cl) or {
+        r for f in cl if f.level == "L3" and f.evidence.get("collective") != "true" for r in f.ranks
+    }
+
+
+def _attach_waiting(
+    waiting: Sequence[Finding], hosts: Sequence[list[Finding]], window: Sequence[Finding]
+) -> list[Finding]:
+    """Attach each waiting finding to the slow culprit that explains it; return the others.
+
+    ``hosts`` are the window's clusters of culprits slow themselves (extended in place).
+    A rank's coordinates are what the group ids of the ``window`` findings naming it fix
+    (:func:`_coords`). In order, each rule to a fixed point, the strongest host (largest
+    margin) first, and again while any attached:
+
+    1. an L2 compute straggler sharing a rank with the finding (its ranks include the
+       waiting already attached to it);
+    2. an L2 compute straggler that is a peer of a rank the finding names (:func:`_peers`:
+       they share a comparison group, where the waiting rank waited for it, then was late
+       into the next collective);
+    3. a slow-kernel (L3-only) culprit: L3 waiting sharing a rank or a peer; an L2 late
+       arrival only when it names all the culprit's ranks (one random L3 flag among many
+       ranks does not explain a rank late into a collective).
+
+    What is left is not explained by a straggler: a late rank of its own, or a slow
+    collective or link.
+    """
+
+    def strength(h: list[Finding]) -> float:
+        return -max(f.margin for f in h)
+
+    l2 = sorted((h for h in hosts if _compute_ranks(h)), key=strength)
+    l3 = sorted((h for h in hosts if not _compute_ranks(h)), key=strength)
+    groups_of_rank: dict[int, set[str]] = {}
+    for f in window:
+        if f.level in ("L2", "L3"):
+            for r in f.ranks:
+                groups_of_rank.setdefault(r, set()).add(f.group_id)
+    coords = {r: _coords(gs) for r, gs in groups_of_rank.items()}
+    core = {id(h): _core_ranks(h) for h in hosts}
+    ranks = {id(h): {r for f in h for r in f.ranks} for h in hosts}  # grows as waiting joins
+
+    def shares(f: Finding, h: list[Finding]) -> bool:
+        return not ranks[id(h)].isdisjoint(f.ranks)
+
+    def peers(f: Finding, h: list[Finding]) -> bool:
+        return any(_peers(coords[w], coords[s]) for w in f.ranks for s in core[id(h)])
+
+    def l3_explains(f: Finding, h: list[Finding]) -> bool:
+        if f.level == "L3":
+            return shares(f, h) or peers(f, h)
+        return core[id(h)] <= set(f.ranks)
+
+    rules = (
+        (l2, shares),
+        (l2, peers),
+        (l3, l3_explains),
+    )
+    pending = list(waiting)
+    again = True
+    while pending and again:  # a rule's attachments can let an earlier rule attach more
+        again = False
+        for cands, explains in rules:
+            moved = True
+            while pending and moved:
+                moved = False
+                left = []
+                for f in pending:
+                    host = next((h for h in cands if explains(f, h)), None)
+                    if host is None:
+                        left.append(f)
+                    else:
+                        host.append(f)
+                        ranks[id(host)].update(f.ranks)
+                        moved = again = True
+                pending = left
+    return pending
+
+
 def join(findings: Sequence[Finding]) -> list[Culprit]:
     """Join one window's findings into culprits.
 
@@ -187,10 +315,11 @@ def join(findings: Sequence[Finding]) -> list[Culprit]:
        *collectives* diverge while the window has a compute straggler is attached to the
        strongest straggler (waiting propagates through collectives).
     3. L2 late arrivals (a rank short in a collective) and L3 divergences of collective
-       kernels on single ranks are *propagated* waiting when the window has a compute
-       straggler: they are attached to the culprit sharing their ranks,
-       else to the strongest compute culprit. Without a compute straggler, late arrivals are
-       culprits themselves (a rank late for a reason no phase measured).
+       kernels on single ranks are *propagated* waiting when a culprit slow itself explains
+       them: a compute straggler sharing their ranks or sharing a comparison group with
+       them (:func:`_attach_waiting`); they are its victims (evidence, not culprits).
+       Waiting nothing explains is a culprit itself (a rank late for a reason no phase
+       measured, a slow collective).
     4. L1 windows attach to every culprit whose window they overlap; unexplained L1 windows
        are job-level culprits, one per kind.
     """
@@ -250,24 +379,19 @@ def join(findings: Sequence[Finding]) -> list[Culprit]:
                 host = strongest  # collectives slow while a straggler holds everyone up
             if host is not None:
                 host.extend(by_group.pop(gkey))
-        if strongest is not None:
-            for f in [*late, *k3_coll]:
-                host = next(
-                    (cl for cl in parts if {r for g in cl for r in g.ranks} & set(f.ranks)),
-                    strongest,
-                )
-                host.append(f)
-        else:
-            for cl in _union([*late, *k3_coll]):
-                ranks = {r for f in cl for r in f.ranks}
-                host = next((p for p in parts if {r for g in p for r in g.ranks} & ranks), None)
-                if host is None and all(f.level == "L3" for f in cl):
-                    home = next((g for g, gfs in by_group.items() if ranks <= _members(gfs)), None)
-                    host = by_group[home] if home is not None else None
-                if host is None:
-                    parts.append(cl)
-                else:
-                    host.extend(cl)
+        # rule 3: waiting (late arrivals, one rank's collective kernels) goes to the straggler
+        # it is explained by; what nothing explains is a culprit of its own
+        rest = _attach_waiting([*late, *k3_coll], with_compute, fs)
+        for cl in _union(rest):
+            ranks = {r for f in cl for r in f.ranks}
+            host = None
+            if all(f.level == "L3" for f in cl):
+                home = next((g for g, gfs in by_group.items() if ranks <= _members(gfs)), None)
+                host = by_group[home] if home is not None else None
+            if host is None:
+                parts.append(cl)
+            else:
+                host.extend(cl)
         parts.extend(by_group.values())
         made = [_make(p) for p in parts]
         l1 = [f for f in fs if f.level == "L1"]
@@ -361,6 +485,7 @@ class CulpritState:
     anomaly_ids: tuple[str, ...]
     signature: str  # of the last emitted trigger
     alert: Mapping[str, Any] = field(default_factory=dict)  # last trigger (for the resolve)
+    groups: tuple[str, ...] = ()  # comparison groups of a compute straggler's ranks, else ()
 
 
 @dataclass(frozen=True)
@@ -374,7 +499,12 @@ class FunnelState:
         return {
             "window": self.window,
             "culprits": {
-                k: {**c.__dict__, "anomaly_ids": list(c.anomaly_ids), "alert": dict(c.alert)}
+                k: {
+                    **c.__dict__,
+                    "anomaly_ids": list(c.anomaly_ids),
+                    "alert": dict(c.alert),
+                    "groups": list(c.groups),
+                }
                 for k, c in self.culprits.items()
             },
         }
@@ -382,7 +512,13 @@ class FunnelState:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> FunnelState:
         cs = {
-            k: CulpritState(**{**v, "anomaly_ids": tuple(v["anomaly_ids"])})
+            k: CulpritState(
+                **{
+                    **v,
+                    "anomaly_ids": tuple(v["anomaly_ids"]),
+                    "groups": tuple(v.get("groups", ())),
+                }
+            )
             for k, v in d.get("culprits", {}).items()
         }
         return cls(window=int(d.get("window", 0)), culprits=cs)
@@ -530,9 +666,9 @@ def _details(v: Verdict) -> dict[str, str]:
             ]
         ),
     }
-    victims = sorted(
-        {r for f in c.findings for r in json.loads(f.evidence.get("victims", "[]"))} - set(c.ranks)
-    )
+    named = {r for f in c.findings for r in json.loads(f.evidence.get("victims", "[]"))}
+    waited = {r for f in c.findings if _waiting(f) for r in f.ranks}  # late into collectives
+    victims = sorted((named | waited) - set(c.ranks))
     if victims:
         d["victims"] = json.dumps(victims[:64])
     return d
@@ -573,7 +709,16 @@ def step(
     verdicts: list[Verdict] = []
     alerts: list[dict[str, Any]] = []
     seen: set[str] = set()
-    for c in join(findings):
+    culprits_now = join(findings)
+    # stragglers of this window and the previous one (a window edge may split a straggler
+    # from its victims): a victim culprit in their groups does not page
+    straggling = [_coords(_straggler_groups(c)) for c in culprits_now if _compute_ranks(c.findings)]
+    straggling += [
+        _coords(cs.groups)
+        for cs in state.culprits.values()
+        if cs.groups and cs.last_window >= w - 1
+    ]
+    for c in culprits_now:
         key = c.dedup_key
         if key in seen:
             continue
@@ -593,6 +738,7 @@ def step(
         if (
             conf >= cfg.trigger_confidence
             and not _waiting_only(c)
+            and not _explained_victim(c, straggling)
             and (pers >= cfg.l3_only_persistence or not _l3_only(c))
         ):
             new_sig = _signature(v)
@@ -611,6 +757,7 @@ def step(
             anomaly_ids=ids,
             signature=sig,
             alert=alert_rec,
+            groups=_straggler_groups(c),
         )
     for key, cs in list(culprits.items()):
         if key in seen:
@@ -646,6 +793,37 @@ def _waiting_only(c: Culprit) -> bool:
         f.level == "L3" and f.kind == "kernel_divergence" and f.evidence.get("collective") == "true"
         for f in fs
     )
+
+
+def _straggler_groups(c: Culprit) -> tuple[str, ...]:
+    """Group ids of the culprit's findings that name its L2 compute ranks; () for a culprit
+    that is not a compute straggler."""
+    comp = _compute_ranks(c.findings)
+    return tuple(
+        sorted(
+            {
+                f.group_id
+                for f in c.findings
+                if f.level in ("L2", "L3") and not comp.isdisjoint(f.ranks)
+            }
+        )
+    )
+
+
+def _explained_victim(c: Culprit, straggling: Sequence[Mapping[str, int]]) -> bool:
+    """The culprit's only evidence is waiting (late arrivals, one rank's collective kernels)
+    of ranks that are peers (:func:`_peers`) of a compute straggler (``straggling``: its
+    coordinates): the straggler's victim, reported but not paged. Waiting that no straggler
+    explains (a rank late on its own, a slow collective or link) still pages.
+    """
+    fs = [f for f in c.findings if f.level != "L1"]
+    if not fs or not all(_waiting(f) for f in fs):
+        return False
+    groups_of_rank: dict[int, set[str]] = {}
+    for f in fs:
+        for r in f.ranks:
+            groups_of_rank.setdefault(r, set()).add(f.group_id)
+    return any(_peers(_coords(gs), s) for gs in groups_of_rank.values() for s in straggling)
 
 
 def _signature(v: Verdict) -> str:
