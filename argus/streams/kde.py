@@ -52,6 +52,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+from scipy.ndimage import correlate1d
 
 from argus.config import ConfigError
 from argus.schemas.errors import ArgusError
@@ -505,19 +506,22 @@ def _reject(d: np.ndarray) -> tuple[np.ndarray | None, Rejected]:
     return valid, Rejected(nonpositive=int(d.size - valid.sum()) - nan - inf, nan=nan, inf=inf)
 
 
-def _densify(g: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Dense labels (n,), distinct ids (G,) increasing, counts (G,)."""
-    gmin = int(g.min())
-    span = int(g.max()) - gmin
-    if span < 4 * g.size + 4096:
-        shifted = (g - gmin if gmin else g).astype(np.intp, copy=False)
-        counts_all = np.bincount(shifted, minlength=span + 1)
+def _densify(g: np.ndarray, scale: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Dense label of each event times ``scale`` (n,) float64, distinct ids (G,) increasing,
+    counts (G,)."""
+    limit = 4 * g.size + 4096
+    gmax = int(g.max())
+    base = 0 if gmax < limit else int(g.min())
+    if gmax - base < limit:  # ids in a small range: a lookup table, no sort
+        gi = (g - base if base else g).astype(np.intp, copy=False)
+        counts_all = np.bincount(gi, minlength=gmax - base + 1)
         present = counts_all > 0
-        ids = np.flatnonzero(present).astype(np.int64) + gmin
-        lut = np.cumsum(present) - 1
-        return lut[shifted], ids, counts_all[present].astype(np.int64)
+        lut = present.cumsum() - 1.0
+        lut *= scale
+        ids = present.nonzero()[0].astype(np.int64) + base
+        return lut[gi], ids, counts_all[present].astype(np.int64)
     ids, labels, counts = np.unique(g, return_inverse=True, return_counts=True)
-    return labels.reshape(-1), ids.astype(np.int64), counts.astype(np.int64)
+    return labels.reshape(-1) * scale, ids.astype(np.int64), counts.astype(np.int64)
 
 
 @functools.lru_cache(maxsize=16)
@@ -581,28 +585,30 @@ def summarize_many(
     if d_in.size == 0:
         return _empty(config, rejected)
 
-    labels, ids, counts = _densify(g_in)
-    del g_in  # large temporaries are dropped as soon as possible: fewer fresh pages
-    n_groups = ids.size
     lv = np.asarray(config.quantile_levels, dtype=np.float64)
 
     # (2) one sort orders every group's log-durations: xs (n,) holds ln(duration) - x0 plus
-    # the group's offset shift[g]; everything below uses differences inside a group only
+    # the group's offset shift[g] = g · stride (g the dense group index); everything below
+    # uses differences inside a group only. Large temporaries are dropped as soon as they
+    # are used: fewer fresh memory pages per call.
     x = np.log(d_in, dtype=np.float64)
     del d_in
     x0 = float(x.min())
     span = float(x.max()) - x0
     stride = 2.0 ** math.ceil(math.log2(span + 1.0))
+    offset, ids, counts = _densify(g_in, stride)
+    del g_in
+    n_groups = ids.size
     if n_groups * stride < _KEY_LIMIT:
         xs = x
         xs -= x0
-        xs += labels * stride
+        xs += offset
         xs.sort()
         shift = np.arange(n_groups) * stride
     else:  # precision of the composite key would suffer: fall back to lexsort
-        xs = x[np.lexsort((x, labels))]
+        xs = x[np.lexsort((x, offset))]
         shift, x0 = np.zeros(n_groups), 0.0
-    del x, labels
+    del x, offset
     ends = np.cumsum(counts)
     starts = ends - counts
 
@@ -612,19 +618,25 @@ def summarize_many(
     for _ in range(config.refine_passes):
         if fresh.size == 0:
             break
-        bounds = np.sort(np.concatenate((starts, splits, [xs.size])))
-        b_idx = np.searchsorted(bounds, fresh)  # fresh split = bounds[b_idx]
+        bounds = np.concatenate((starts, splits, [xs.size]))
+        bounds.sort()
+        b_idx = bounds.searchsorted(fresh)  # fresh split = bounds[b_idx]
         # the two clusters on either side of each fresh split (a cluster may border two)
-        seg = np.unique(np.concatenate((b_idx - 1, b_idx)))
-        seg_start, seg_n = bounds[seg], bounds[seg + 1] - bounds[seg]
+        seg = np.concatenate((b_idx - 1, b_idx))
+        seg.sort()
+        seg = seg[np.concatenate(([True], seg[1:] != seg[:-1]))]
+        seg_start = bounds[seg]
+        seg_n = bounds[seg + 1] - seg_start
         may = _may_split(xs, seg_start, seg_n, config)
         if not may.any():
             break
         seg_start, seg_n = seg_start[may], seg_n[may]
-        sub_start = np.cumsum(seg_n) - seg_n
-        take = np.repeat(seg_start - sub_start, seg_n) + np.arange(int(seg_n.sum()))
+        sub_start = seg_n.cumsum() - seg_n
+        take = (seg_start - sub_start).repeat(seg_n)
+        take += np.arange(take.size)
         fresh = take[_valley_splits(xs[take], sub_start, seg_n, config)]
-        splits = np.sort(np.concatenate((splits, fresh)))
+        splits = np.concatenate((splits, fresh))
+        splits.sort()
     splits = _cap_clusters(xs, starts, splits, config.max_clusters)
 
     # (6) clusters = runs of xs between group starts and kept splits
@@ -662,7 +674,7 @@ def _valley_splits(
     # (3) per-segment bandwidth (moments about the segment's minimum, for precision)
     gmin = xs[starts]
     rng = xs[ends - 1] - gmin
-    xc = np.repeat(gmin, counts)
+    xc = gmin.repeat(counts)
     np.subtract(xs, xc, out=xc)
     s1 = np.add.reduceat(xc, starts)
     tmp = np.multiply(xc, xc)
@@ -694,22 +706,22 @@ def _valley_splits(
     inv = 1.0 / step
     inv[~splittable] = 0.0
     t = xc  # reused in place: xc is not needed any more
-    t *= np.repeat(inv, counts)
-    t += np.repeat(goff + (pad + 0.5), counts)
+    t *= inv.repeat(counts)
+    t += (goff + (pad + 0.5)).repeat(counts)
     hist = np.bincount(t.astype(np.intp), minlength=int(goff[-1] + size[-1]))
     del t, xc
-    dens = np.convolve(hist.astype(np.float64), taps, mode="same")
+    dens = correlate1d(hist, taps, output=np.float64, mode="constant")  # taps symmetric
 
     # (5) valleys: local minima, a flat run counted at its right end: a grid point where the
     # density starts rising and last changed by falling
-    d = np.diff(dens)
-    nz = np.flatnonzero(d)
+    d = dens[1:] - dens[:-1]
+    nz = d.nonzero()[0]
     rising = d[nz] > 0
-    cand = nz[np.flatnonzero(rising[1:] > rising[:-1]) + 1]  # grid points, >= 1
+    cand = nz[(rising[1:] > rising[:-1]).nonzero()[0] + 1]  # grid points, >= 1
     if cand.size == 0:
         return cand
-    pos = np.cumsum(hist)[cand - 1]  # split index into xs: events in bins < cand go left
-    cg = np.searchsorted(goff, cand, side="right") - 1
+    pos = hist.cumsum()[cand - 1]  # split index into xs: events in bins < cand go left
+    cg = goff.searchsorted(cand, side="right") - 1
     deep = _deep_valleys(dens, cand, goff, config.valley_depth)
     return _filter_valleys(
         cand, pos, cg, deep, xs, starts, ends, goff, rng, step, pad, splittable, config
@@ -778,9 +790,10 @@ def _deep_valleys(dens: np.ndarray, cand: np.ndarray, goff: np.ndarray, depth: f
     its segment's grid). All True when ``depth >= 1``."""
     if depth >= 1.0:
         return np.ones(cand.size, dtype=bool)
-    edges = np.sort(np.concatenate((goff, cand)))  # disjoint: a valley is inside its grid
+    edges = np.concatenate((goff, cand))  # disjoint: a valley is inside its grid
+    edges.sort()
     seg_max = np.maximum.reduceat(dens, edges)  # max over [edges[i], edges[i + 1])
-    i = np.searchsorted(edges, cand)  # cand > its segment's first grid point: i >= 1
+    i = edges.searchsorted(cand)  # cand > its segment's first grid point: i >= 1
     out: np.ndarray = dens[cand] <= depth * np.minimum(seg_max[i - 1], seg_max[i])
     return out
 
@@ -810,7 +823,7 @@ def _filter_valleys(
     mlg = config.min_log_gap
     left = pos - starts[cg]
     right = ends[cg] - pos
-    idx = np.flatnonzero((left > 0) & (right > 0) & splittable[cg])
+    idx = ((left > 0) & (right > 0) & splittable[cg]).nonzero()[0]
     if idx.size == 0:
         return idx
     cand, pos, cg = cand[idx], pos[idx], cg[idx]
@@ -819,7 +832,7 @@ def _filter_valleys(
     # enough events on each side (or a wide data gap), and min_log_gap from the data's top
     ok = strong | ((left[idx] >= m) & (right[idx] >= m) & deep[idx])
     ok &= xb <= rng[cg] - mlg
-    idx = np.flatnonzero(ok)
+    idx = ok.nonzero()[0]
     if idx.size == 0:
         return idx
     pos, cg, strong, xb = pos[idx], cg[idx], strong[idx], xb[idx]
