@@ -23,6 +23,7 @@ overhead_budget             0.01       fraction of step time the collectors may 
 max_queue_records           10000      producer queue bound, records
 max_queue_bytes             33554432   producer queue bound, bytes (32 MiB)
 message_timeout_ms          30000      give up on (and count) a record the broker did not take
+delivery_interval_ms        1000       the delivery thread hands queued records to Kafka this often
 control                     true       follow runtime commands on the control topic
 publish_topology            true       publish the job layout to the jobs topic at start
 stacks_rate_hz              1.0        sidecar: py-spy dumps per second per process
@@ -62,6 +63,7 @@ class CollectorConfig:
     max_queue_records: int = 10_000
     max_queue_bytes: int = 32 * 1024 * 1024
     message_timeout_ms: int = 30_000
+    delivery_interval_ms: int = 1000
     control: bool = True
     publish_topology: bool = True
     stacks_rate_hz: float = 1.0
@@ -92,6 +94,7 @@ class CollectorConfig:
             "max_queue_records",
             "max_queue_bytes",
             "message_timeout_ms",
+            "delivery_interval_ms",
         )
         for name in positive:
             if getattr(self, name) <= 0:

@@ -180,7 +180,7 @@ class ControlFollower:
         topic: str,
         on_command: Callable[[dict[str, Any]], None],
         *,
-        poll_s: float = 0.5,
+        poll_s: float = 1.0,
     ) -> None:
         self.topic = topic
         self.errors = 0

@@ -94,6 +94,7 @@ class Collector:
             max_records=cfg.max_queue_records,
             max_bytes=cfg.max_queue_bytes,
             message_timeout_ms=cfg.message_timeout_ms,
+            drain_interval_s=cfg.delivery_interval_ms / 1000,
         )
         self._coords = dict(topo.coords)
         self._groups = _pipeline_group_ids(settings, self._coords) or topo.groups()

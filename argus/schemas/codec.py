@@ -125,6 +125,9 @@ class Codec:
         self._registry: Any = None
         self._id_of: dict[str, int] = {}
         self._schema_of_id: dict[int, RecordSchema] = {}
+        # write-hinted parses for encoding: fastavro re-parses a schema parsed without the hint
+        # on every schemaless_writer call (~25 us of a ~45 us step-record encode)
+        self._writers: dict[str, Any] = {}
         if registry_url:
             from confluent_kafka.schema_registry import SchemaRegistryClient
 
@@ -153,10 +156,13 @@ class Codec:
             When ``value`` does not match the schema (the message names the record).
         """
         s = self.schema(name)
+        writer = self._writers.get(name)
+        if writer is None:
+            writer = self._writers[name] = fastavro.parse_schema(s.raw)
         buf = io.BytesIO()
         buf.write(self._header(s))
         try:
-            fastavro.schemaless_writer(buf, s.parsed, value)
+            fastavro.schemaless_writer(buf, writer, value)
         except (TypeError, ValueError, KeyError, AttributeError, OverflowError) as exc:
             raise EncodeError(f"{name}: value does not match {s.full_name}: {exc!r}") from exc
         return buf.getvalue()

@@ -105,3 +105,29 @@ def test_delivers_to_the_real_broker(kafka: Settings, topic_prefix: str) -> None
     assert p.delivered == 10 and p.dropped_records == 0
     got = consume(kafka, topic, 10)
     assert sorted(r["failed_ns"] for _, r in got) == list(range(10))
+
+
+@pytest.mark.kafka
+def test_drains_on_its_interval_and_early_past_half_the_bound(
+    kafka: Settings, topic_prefix: str
+) -> None:
+    """The delivery thread sleeps its interval (one wake-up per interval, not per record) but
+    a queue past half its record bound wakes it at once."""
+    topic = topic_name("dlq", topic_prefix)
+    p = RecordProducer(kafka.kafka_config(), max_records=20, drain_interval_s=60, linger_ms=5)
+    try:
+        time.sleep(0.5)  # the thread's first wait has begun
+        for i in range(9):
+            p.submit(topic, b"k", "dlq_record", {**DLQ, "failed_ns": i}, 150)
+        time.sleep(1.0)
+        assert p.delivered == 0 and len(p._queue) == 9  # below half: waits for the interval
+        p.submit(topic, b"k", "dlq_record", {**DLQ, "failed_ns": 9}, 150)  # 10 = half
+        deadline = time.monotonic() + 10
+        while p._queue and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not p._queue, "a half-full queue did not wake the delivery thread"
+        assert p.flush(15) == 0
+    finally:
+        p.close()
+    assert p.delivered == 10 and p.dropped_records == 0
+    assert sorted(r["failed_ns"] for _, r in consume(kafka, topic, 10)) == list(range(10))
