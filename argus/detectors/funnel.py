@@ -258,7 +258,9 @@ def _attach_waiting(
         return not ranks[id(h)].isdisjoint(f.ranks)
 
     def peers(f: Finding, h: list[Finding]) -> bool:
-        return any(_peers(coords[w], coords[s]) for w in f.ranks for s in core[id(h)])
+        return any(
+            _peers(coords.get(w, {}), coords.get(s, {})) for w in f.ranks for s in core[id(h)]
+        )
 
     def l3_explains(f: Finding, h: list[Finding]) -> bool:
         if f.level == "L3":
