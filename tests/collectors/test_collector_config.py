@@ -47,6 +47,11 @@ def test_arguments_win_over_environment() -> None:
         ({"ARGUS_JOB": "j"}, {"overhead_budget": 1.5}, "overhead_budget"),
         ({"ARGUS_JOB": "j"}, {"max_queue_records": 0}, "max_queue_records"),
         (
+            {"ARGUS_JOB": "j", "ARGUS_COLLECTORS__DELIVERY_INTERVAL_MS": "0"},
+            {},
+            "delivery_interval_ms",
+        ),
+        (
             {"ARGUS_JOB": "j"},
             {"kernels_active_steps": 9, "kernels_period_steps": 3},
             "kernels_active_steps",
