@@ -141,7 +141,6 @@ def load(ranks: int, minutes: float, events: int, profile: bool, split: int = 2)
         "ARGUS_TOPIC_PREFIX": prefix,
         **ENV,
         "ARGUS_STREAMS__INTERNAL_PARTITIONS": "4",
-        "ARGUS_STREAMS__PRODUCER_LINGER_S": "0.01",  # batched sends, as measured
     }
     workers = [
         WorkerProcess(

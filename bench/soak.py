@@ -109,7 +109,6 @@ def main() -> None:
         "ARGUS_STREAMS__INTERNAL_PARTITIONS": "4",
         "ARGUS_STREAMS__FUNNEL_GRACE_S": "5",
         "ARGUS_STREAMS__FUNNEL_IDLE_S": "10",
-        "ARGUS_STREAMS__PRODUCER_LINGER_S": "0.01",  # batched sends, as in the load benchmark
     }
     workers = [
         WorkerProcess(

@@ -32,6 +32,7 @@ import faust
 from argus.config import Settings
 from argus.schemas import Codec
 from argus.streams import metrics
+from argus.streams.durable import CoalescingTable, DurableCommits, install
 from argus.streams.pipeline_config import PipelineConfig
 from argus.topics import topic_name
 
@@ -66,6 +67,7 @@ class Ctx:
     codec: Codec
     worker: str
     detectors: Any  # argus.detectors.config.DetectorsConfig
+    durable: DurableCommits
     topics: dict[str, faust.TopicT] = field(default_factory=dict)
     internal: dict[str, faust.TopicT] = field(default_factory=dict)
     shared: dict[str, Any] = field(default_factory=dict)  # agents shared by several roles
@@ -98,16 +100,30 @@ class Ctx:
 
     def table(self, name: str) -> Any:
         """A table keyed by str with JSON values (app defaults), co-partitioned with the
-        internal topics."""
-        return self.app.Table(
-            name, default=None, partitions=self.pcfg.internal_partitions, key_type=str
+        internal topics; its changelog is written at commit time (:mod:`.durable`)."""
+        t = CoalescingTable(
+            self.app,
+            name=name,
+            default=None,
+            beacon=self.app.tables.beacon,
+            partitions=self.pcfg.internal_partitions,
+            key_type=str,
         )
+        self.app.tables.add(t)
+        self.durable.tables.append(t)
+        return t
+
+    async def send(self, topic: faust.TopicT, key: bytes | None, value: bytes, **kw: Any) -> None:
+        """Send a record while processing an event; the event's offset is committed only
+        once the record is acknowledged (:class:`.durable.DurableCommits`)."""
+        self.durable.track(await topic.send(key=key, value=value, **kw))
 
     async def send_keyed(self, topic: faust.TopicT, key: str, value: Any) -> None:
         """Send a JSON value to an internal topic on the key's stable partition."""
-        await topic.send(
-            key=key.encode(),
-            value=json.dumps(value, separators=(",", ":")).encode(),
+        await self.send(
+            topic,
+            key.encode(),
+            json.dumps(value, separators=(",", ":")).encode(),
             partition=partition_of(key, self.pcfg.internal_partitions),
         )
 
@@ -115,9 +131,7 @@ class Ctx:
         self, suffix: str, key: str, record_name: str, value: dict[str, Any], role: str
     ) -> None:
         """Encode a wire record and send it to an external topic."""
-        await self.external(suffix).send(
-            key=key.encode(), value=self.codec.encode(record_name, value)
-        )
+        await self.send(self.external(suffix), key.encode(), self.codec.encode(record_name, value))
         metrics.RECORDS_OUT.labels(role, suffix).inc()
 
     async def dlq(
@@ -145,7 +159,7 @@ class Ctx:
             "worker": self.worker,
             "failed_ns": time.time_ns(),
         }
-        await self.external("dlq").send(key=rec["key"], value=self.codec.encode("dlq_record", rec))
+        await self.send(self.external("dlq"), rec["key"], self.codec.encode("dlq_record", rec))
         metrics.DLQ.labels(role, why).inc()
         log.warning("%s[%s]@%s -> dlq: %s", msg.topic, msg.partition, msg.offset, reason[:300])
 
@@ -254,6 +268,7 @@ def build_app(
         codec=Codec(registry_url=settings.schema_registry_url or None),
         worker=app_id,
         detectors=detectors,
+        durable=install(app),
     )
     for role in roles:
         _registrar(role)(ctx)
@@ -364,6 +379,7 @@ def window_agent(
         hook = getattr(impl, "after_write", None)
         if hook is not None and await hook(key, st):
             state[key] = st
+            await ctx.durable.flush()  # at once: a crash now would send the outbox again
 
     @ctx.app.agent(topic, name=name)
     async def _windows(stream: faust.StreamT) -> None:

@@ -26,14 +26,14 @@ def remember(ids: list[str], new: str) -> bool:
 
 async def emit_findings(
     ctx: Any, findings: Sequence[Finding], emitted: list[str], role: str
-) -> int:
-    """Send findings not emitted before as ``anomaly`` records; returns how many were sent."""
-    n = 0
+) -> list[dict[str, Any]]:
+    """Send findings not emitted before as ``anomaly`` records; returns the records sent."""
+    sent = []
     for f in findings:
         rec = to_anomaly(f, detected_ns=time.time_ns())
         if not remember(emitted, rec["id"]):
             continue
         await ctx.emit("anomalies", anomaly_key(f), "anomaly", rec, role)
         metrics.ANOMALIES.labels(f.level, f.kind).inc()
-        n += 1
-    return n
+        sent.append(rec)
+    return sent

@@ -82,6 +82,7 @@ class _Funnel:
             "l3": {},
             "seen": [],
             "outbox": [],
+            "expect": {},  # anomaly id -> window_end_step, announced by progress, not yet here
         }
 
     def _start(self, st: dict[str, Any], step: int, now: float) -> None:
@@ -98,7 +99,12 @@ class _Funnel:
             self._start(st, int(m["progress"]), now)
             st["progress"] = max(st["progress"], int(m["progress"]))
             st["t_progress"] = now
+            expect = st.setdefault("expect", {})
+            for i, end in (m.get("ids") or {}).items():
+                if i not in st["seen"]:  # sent before this progress, still on its way
+                    expect[i] = int(end)
             return
+        st.setdefault("expect", {}).pop(m["id"], None)
         if not remember(st["seen"], m["id"]):
             metrics.DUPLICATES.labels("funnel").inc()
             return
@@ -128,7 +134,10 @@ class _Funnel:
             if st["progress"] >= end:
                 t = st["passed"].setdefault(str(k), now)
                 changed = changed or t == now
-                if not (l3 is not None and l3 >= end) and now - t < self.grace:
+                # early when L3 has judged the window and the step findings it was told of
+                # arrived (they travel one hop more than the progress), else after the grace
+                early = l3 is not None and l3 >= end and not self._awaited(st, end)
+                if not early and now - t < self.grace:
                     break
             elif (
                 (st["buckets"] or st["fs"]["culprits"])
@@ -142,10 +151,17 @@ class _Funnel:
             changed = True
         return changed
 
+    @staticmethod
+    def _awaited(st: dict[str, Any], end: int) -> bool:
+        """Step findings up to step ``end`` announced by a progress message, not yet here."""
+        return any(e <= end for e in st.get("expect", {}).values())
+
     async def _close(self, st: dict[str, Any], k: int) -> None:
         findings = [finding_from_anomaly(f) for f in st["buckets"].pop(str(k), [])]
         st["passed"].pop(str(k), None)
         st["closed"] = k
+        end = (k + 1) * self.w - 1
+        st["expect"] = {i: e for i, e in st.get("expect", {}).items() if e > end}  # late now
         fs, out = funnel.step(funnel.FunnelState.from_dict(st["fs"]), findings, self.cfg)
         st["fs"] = fs.to_dict()
         # alerts leave through the outbox, after the state that knows of them (after_write)
@@ -154,18 +170,19 @@ class _Funnel:
     async def after_write(self, job: str, st: dict[str, Any]) -> bool:
         """Send the outbox once the state holding it is durable; True when ``st`` changed.
 
-        Order: the state with the outbox is flushed, then the alerts are sent and flushed,
-        then the outbox is emptied (window_agent writes that). A crash before the alerts left
-        loses nothing (the restored state still holds them, sent at the next event or tick);
-        a crash after it only repeats identical alert records.
+        Order: the state with the outbox is made durable (:meth:`DurableCommits.flush`),
+        then the alerts are sent and awaited, then the outbox is emptied (window_agent
+        writes that). A crash before the alerts left loses nothing (the restored state still
+        holds them, sent at the next event or tick); a crash after it only repeats identical
+        alert records.
         """
         if not st.get("outbox"):
             return False
-        await self.ctx.app.producer.flush()
+        await self.ctx.durable.flush()
         for alert in st["outbox"]:
             await self.ctx.emit("alerts", alert["dedup_key"], "alert", alert, "funnel")
             metrics.ALERTS.labels(alert["action"]).inc()
-        await self.ctx.app.producer.flush()
+        await self.ctx.durable.flush()
         st["outbox"] = []
         return True
 

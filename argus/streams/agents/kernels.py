@@ -87,7 +87,7 @@ def register_compressor(ctx: Ctx) -> None:
                     return
                 known.update(int(n["id"]) for n in rec["kernel_names"])
                 data = ctx.codec.encode("kernel_summary", rec)
-                await ctx.external("summary.kernels").send(key=who.encode(), value=data)
+                await ctx.send(ctx.external("summary.kernels"), who.encode(), data)
                 metrics.RECORDS_OUT.labels("compressor", "summary.kernels").inc()
                 metrics.COMPRESSION.labels(batch["job"]).set(len(raw) / max(len(data), 1))
                 w = int(batch["window_id"])

@@ -144,14 +144,15 @@ class _Steps:
                 missing = sorted(set(range(c.expected)) - set(c.ranks))
                 metrics.MISSING.labels("steps").inc(len(missing))
                 found.append(missing_finding(job, c.step, missing, c.expected, agg[1], agg[2]))
-            await self.ctx.send_keyed(
-                self.progress, job, {"items": [{"progress": c.step}], "t": time.time()}
-            )
         if "l1" in self.levels:
             found += self._l1(job, h)
         if "l2" in self.levels:
             found += self._l2(job, h)
-        await emit_findings(self.ctx, found, h["emitted"], "steps")
+        sent = await emit_findings(self.ctx, found, h["emitted"], "steps")
+        if closed:  # after the findings, naming them: the funnel waits for them to arrive
+            items: list[dict[str, Any]] = [{"progress": c.step} for c in closed]
+            items[-1]["ids"] = {a["id"]: a["window_end_step"] for a in sent}
+            await self.ctx.send_keyed(self.progress, job, {"items": items, "t": time.time()})
         self.hist[job] = h
 
     def _l1(self, job: str, h: dict[str, Any]) -> list[Finding]:

@@ -1,0 +1,140 @@
+"""Commit an input offset only after what it caused is durable: state and outputs.
+
+faust (faust-streaming 0.11) sends a table's changelog record on every write and commits
+source offsets on a timer without waiting for those sends; with a lingering producer a
+crash right after a commit can lose state changes the committed input already made.
+This module closes that gap and, on the way, writes each table key's changelog once per
+commit instead of once per write:
+
+* :class:`CoalescingTable` records a written key as *dirty* (holding a reference to its
+  value) instead of sending a changelog record;
+* :class:`DurableCommits` replaces the app's attachment manager, which faust's consumer
+  calls at each commit, right after it chose the offsets to commit and before it commits
+  them (``Consumer._commit_tps`` -> ``_handle_attached``). There, every dirty key is sent
+  with its latest value, and the consumer waits for those changelog records *and* for the
+  agents' output records sent so far (``track``) before it commits.
+
+Every event at or below a committed offset was processed before the commit chose it, so
+its writes are in the dirty set and its outputs in the tracked list at that instant:
+nothing a committed input caused can be lost. State may run ahead of the committed offset
+(as with plain faust), so a replayed input must be idempotent — the agents' windows are.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from typing import Any
+
+import faust
+from faust.app._attached import Attachments
+from faust.tables.table import Table
+from faust.types import TP
+from faust.types.tuples import FutureMessage
+
+__all__ = ["CoalescingTable", "DurableCommits", "install"]
+
+_DELETED = object()
+
+
+class CoalescingTable(Table):
+    """A faust table whose changelog is written by :class:`DurableCommits` at commit time.
+
+    A write marks the key dirty (partition of the current event, latest value); no record
+    leaves until :meth:`take_dirty`. Sensors still see every write; key TTLs are not used.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._argus_dirty: dict[Any, tuple[int, Any]] = {}
+
+    def on_key_set(self, key: Any, value: Any) -> None:
+        self._argus_dirty[key] = (self._event_partition(key), value)
+        self._sensor_on_set(self, key, value)
+
+    def on_key_del(self, key: Any) -> None:
+        self._argus_dirty[key] = (self._event_partition(key), _DELETED)
+        self._sensor_on_del(self, key)
+
+    def _event_partition(self, key: Any) -> int:
+        p = self.partition_for_key(key)  # the current event's partition; raises outside one
+        if p is None:  # only with use_partitioner, which these tables do not set
+            raise RuntimeError(f"table {self.name}: writes need a fixed partition")
+        return p
+
+    def take_dirty(self) -> list[FutureMessage]:
+        """The latest value (or a tombstone) of every dirty key as changelog messages,
+        serialized now; the keys are clean afterwards."""
+        dirty, self._argus_dirty = self._argus_dirty, {}
+        topic = self.changelog_topic
+        return [
+            topic.as_future_message(
+                key=key,
+                value=None if value is _DELETED else value,
+                partition=part,
+                key_serializer=self.key_serializer,
+                value_serializer="raw" if value is _DELETED else self.value_serializer,
+                callback=self._on_changelog_sent,
+            )
+            for key, (part, value) in dirty.items()
+        ]
+
+    @property
+    def dirty_count(self) -> int:
+        return len(self._argus_dirty)
+
+
+class DurableCommits(Attachments):
+    """The app's attachment manager, extended: before any offset commit, flush the dirty
+    keys of every registered table and hand back their futures and the tracked outputs,
+    which faust's consumer awaits before it commits."""
+
+    def __init__(self, app: faust.App) -> None:
+        super().__init__(app)
+        self.tables: list[CoalescingTable] = []
+        self._outputs: list[Awaitable[Any]] = []
+
+    def track(self, fut: Awaitable[Any]) -> None:
+        """An output sent while processing an event: the next commit waits for it."""
+        self._outputs.append(fut)
+        if len(self._outputs) > 65_536:  # commits stalled: drop the ones already delivered
+            self._outputs = [
+                f for f in self._outputs if not (isinstance(f, asyncio.Future) and f.done())
+            ]
+
+    def _snapshot(self) -> tuple[list[Awaitable[Any]], list[FutureMessage]]:
+        outputs, self._outputs = self._outputs, []
+        return outputs, [m for t in self.tables for m in t.take_dirty()]
+
+    @staticmethod
+    async def _publish(
+        outputs: list[Awaitable[Any]], changelog: list[FutureMessage]
+    ) -> list[Awaitable[Any]]:
+        # straight to the producer, not through faust's send buffer, whose back-pressure
+        # would pause every agent of the worker behind a commit's burst
+        for m in changelog:
+            await m.message.channel.publish_message(m, wait=False)
+        return [*outputs, *changelog]
+
+    async def flush(self) -> None:
+        """Make everything written and sent so far durable now (used before alerts)."""
+        pending = await self._publish(*self._snapshot())
+        if pending:
+            await asyncio.gather(*pending)
+
+    async def publish_for_tp_offset(self, tp: TP, offset: int) -> list[Awaitable[Any]]:
+        # called by Consumer._handle_attached for each partition about to be committed,
+        # right after the offsets were chosen; faust awaits what we return
+        snap = self._snapshot()  # before any await: it covers everything the offsets do
+        attached = await super().publish_for_tp_offset(tp, offset)
+        return [*attached, *await self._publish(*snap)]
+
+
+def install(app: faust.App) -> DurableCommits:
+    """Give ``app`` a :class:`DurableCommits` (once); the tables register themselves."""
+    cur = app._attachments
+    if isinstance(cur, DurableCommits):
+        return cur
+    durable = DurableCommits(app)
+    app._attachments = durable
+    return durable
