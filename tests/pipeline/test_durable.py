@@ -42,8 +42,8 @@ def _changelog(kafka: Settings, topic: str) -> list[tuple[bytes, bytes | None]]:
             m = c.poll(1.0)
             if m is None or m.error():
                 continue
-            out.append((m.key(), m.value()))
-            if m.offset() + 1 >= ends[m.partition()]:
+            out.append((m.key() or b"", m.value()))
+            if (m.offset() or 0) + 1 >= ends[m.partition()]:
                 done.add(m.partition())
         return out
     finally:
