@@ -71,7 +71,10 @@ def test_ddp_demo_straggler_mlp(prefixed: Settings, tmp_path: Path) -> None:
     others = [r for r in range(world) if r != 2]
     mlp_others = statistics.median(med[r]["mlp"] for r in others)
     att_others = statistics.median(med[r]["attention"] for r in others)
-    assert med[2]["mlp"] > 2.5 * mlp_others, med
+    # 4x its *own* MLP time; against the others' it came out 2.5x-4x on 2 shared cores (4 ranks
+    # contend, and the straggler's sleep frees CPU for them), so the bar leaves that margin
+    assert med[2]["mlp"] > 2.0 * mlp_others, med
+    assert med[2]["mlp"] > 1.5 * max(med[r]["mlp"] for r in others), med
     assert med[2]["attention"] < 2.0 * att_others, med  # only the MLP is slowed
     # the fast ranks wait for the straggler inside the all-reduce
     assert statistics.median(med[r]["dp_allreduce"] for r in others) > med[2]["dp_allreduce"]
