@@ -244,6 +244,12 @@ def main() -> None:
     for why, count in dlq.most_common(5):
         print(f"  DLQ {count} x {why[:200]}")
     ok &= not wrong
+    # the injected faults are single ranks: a group-level page (no rank named) is unexplained
+    groups = [x for x in alerts if x["action"] == "trigger" and not x["ranks"]]
+    print(f"group-level alerts (no rank named; no fault explains them): {len(groups)}")
+    for x in groups[:5]:
+        print(f"    e.g. {x['summary'][:160]}")
+    ok &= not groups
     n = len(samples)
     mid, last = samples[n // 3 : 2 * n // 3], samples[2 * n // 3 :]
     print("process         RSS 2nd third   RSS last third   growth")
