@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from argus.config import load_settings
-from argus.kafka.admin import create_topics, delete_topics
+from argus.kafka.admin import create_topics, delete_prefixed
 from argus.kafka.local import LocalBroker
 from argus.sim.simulate import SimRun, publish, simulate
 from argus.streams.local_run import Watcher, WorkerProcess
@@ -50,7 +50,7 @@ def latency(ranks: int, steps: int, rate: float) -> None:
     s = load_settings()
     LocalBroker(s).up()
     prefix = f"bench{int(time.time())}"
-    topics = create_topics(s, prefix=prefix, partitions=2)
+    create_topics(s, prefix=prefix, partitions=2)
     tmp = Path(tempfile.mkdtemp())
     workers = [
         WorkerProcess(
@@ -87,7 +87,7 @@ def latency(ranks: int, steps: int, rate: float) -> None:
     for w in workers:
         w.stop()
     watch.close()
-    delete_topics(s, list(topics))
+    delete_prefixed(s, prefix)  # wire, re-key and changelog topics
     l2, l3 = [], []
     first: dict[tuple[str, int], float] = {}
     for rec in watch.get("anomalies"):
@@ -135,7 +135,7 @@ def load(ranks: int, minutes: float, events: int, profile: bool, split: int = 2)
     s = load_settings()
     broker_pid = LocalBroker(s).up().pid
     prefix = f"load{int(time.time())}"
-    topics = create_topics(s, prefix=prefix, partitions=4)
+    create_topics(s, prefix=prefix, partitions=4)
     tmp = Path(tempfile.mkdtemp())
     env = {
         "ARGUS_TOPIC_PREFIX": prefix,
@@ -249,7 +249,7 @@ def load(ranks: int, minutes: float, events: int, profile: bool, split: int = 2)
     )
     for w in workers:
         w.stop()
-    delete_topics(s, list(topics))
+    delete_prefixed(s, prefix)  # wire, re-key and changelog topics
     n_ev = n_steps * lay.world * events
     print(
         f"load: {lay.world} ranks ({lay}), {n_steps} steps at 15/min, {events} kernel events/rank-step, "

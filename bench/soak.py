@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from argus.config import load_settings
-from argus.kafka.admin import create_topics, delete_topics
+from argus.kafka.admin import create_topics, delete_prefixed
 from argus.kafka.local import LocalBroker
 from argus.sim.layout import Layout
 from argus.sim.model import Fault
@@ -102,7 +102,7 @@ def main() -> None:
     s = load_settings()
     broker_pid = LocalBroker(s).up().pid
     prefix = f"soak{int(time.time())}"
-    topics = create_topics(s, prefix=prefix, partitions=4)
+    create_topics(s, prefix=prefix, partitions=4)
     tmp = Path(tempfile.mkdtemp())
     env = {
         "ARGUS_TOPIC_PREFIX": prefix,
@@ -222,7 +222,7 @@ def main() -> None:
         for w in workers:
             w.stop()
         watch.close()
-        delete_topics(s, list(topics))
+        delete_prefixed(s, prefix)  # wire, re-key and changelog topics (GBs at this load)
     alerts = watch.get("alerts")
     ok = True
     print("\nfault  rank  onset  alerted  resolved")

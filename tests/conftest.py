@@ -28,9 +28,10 @@ def kafka(settings: Settings) -> Settings:
 @pytest.fixture
 def topic_prefix(kafka: Settings) -> Iterator[str]:
     """A fresh topic prefix per test, its topics created with one partition, deleted after."""
-    from argus.kafka.admin import create_topics, delete_topics
+    from argus.kafka.admin import create_topics, delete_prefixed, delete_topics
 
     prefix = f"t{uuid.uuid4().hex[:10]}.argus"
     created = create_topics(kafka, prefix=prefix, partitions=1)
     yield prefix
     delete_topics(kafka, created)
+    delete_prefixed(kafka, prefix)  # and the workers' re-key and changelog topics

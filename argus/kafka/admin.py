@@ -64,6 +64,20 @@ def create_topics(
     return result
 
 
+def delete_prefixed(settings: Settings, prefix: str, *, timeout_s: float = 30.0) -> list[str]:
+    """Delete every topic of a run's prefix: its wire topics, the workers' re-key topics
+    (``<prefix>.internal.*``) and their table changelogs (``<prefix>-<roles>-*``, the app
+    ids). Returns the names deleted."""
+    admin = AdminClient(settings.kafka_config())
+    names = [
+        t
+        for t in admin.list_topics(timeout=timeout_s).topics
+        if t.startswith((f"{prefix}.", f"{prefix}-"))
+    ]
+    delete_topics(settings, names, timeout_s=timeout_s)
+    return names
+
+
 def delete_topics(settings: Settings, names: Iterable[str], *, timeout_s: float = 30.0) -> None:
     """Delete topics (tests clean up their own)."""
     names = list(names)
