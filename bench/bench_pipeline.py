@@ -139,6 +139,7 @@ def load(ranks: int, minutes: float, events: int, profile: bool, split: int = 2)
     tmp = Path(tempfile.mkdtemp())
     env = {
         "ARGUS_TOPIC_PREFIX": prefix,
+        "ARGUS_STREAMS__PRODUCER_LINGER_S": "0.01",  # batched sends, as measured
         **ENV,
         "ARGUS_STREAMS__INTERNAL_PARTITIONS": "4",
     }
