@@ -1,6 +1,6 @@
 """Commit an input offset only after what it caused is durable: state and outputs.
 
-faust (faust-streaming 0.11) sends a table's changelog record on every write and commits
+faust (faust-streaming 0.15) sends a table's changelog record on every write and commits
 source offsets on a timer without waiting for those sends; with a lingering producer a
 crash right after a commit can lose state changes the committed input already made.
 This module closes that gap and, on the way, writes each table key's changelog once per
