@@ -11,47 +11,7 @@ from argus.detectors import funnel
 from argus.detectors.config import FunnelConfig
 from argus.detectors.findings import Finding
 from argus.schemas.codec import Codec
-
-
-def _l2(ranks, phase="mlp", role="compute", w=(0, 9), z=8.0, group=("dp", "pp0")) -> Finding:
-    return Finding(
-        job="j",
-        level="L2",
-        kind="straggler",
-        group_kind=group[0],
-        group_id=group[1],
-        ranks=ranks,
-        phase=phase,
-        window_start_step=w[0],
-        window_end_step=w[1],
-        window_start_ns=w[0] * 100,
-        window_end_ns=w[1] * 100 + 99,
-        score=z,
-        threshold=3.5,
-        evidence={"role": role, "bottleneck": json.dumps(list(ranks) if role == "compute" else [])},
-    )
-
-
-def _l3(
-    ranks, kernel="gemm", w=(0, 9), collective=False, members=None, group=("dp", "pp0")
-) -> Finding:
-    ev = {"collective": str(collective).lower()}
-    if members is not None:
-        ev["members"] = json.dumps(members)
-    return Finding(
-        job="j",
-        level="L3",
-        kind="group_divergence" if members is not None else "kernel_divergence",
-        group_kind=group[0],
-        group_id=group[1],
-        ranks=ranks,
-        kernel=kernel,
-        window_start_step=w[0],
-        window_end_step=w[1],
-        score=5e5,
-        threshold=1e5,
-        evidence=ev,
-    )
+from tests.detectors.findings_builders import l2, l3
 
 
 def _l1(kind="regression", w=(0, 99)) -> Finding:
@@ -69,7 +29,7 @@ def _l1(kind="regression", w=(0, 99)) -> Finding:
 
 
 def test_l2_and_l3_on_the_same_rank_are_one_culprit_with_l1_support() -> None:
-    cs = funnel.join([_l2((5,)), _l3((5,)), _l1()])
+    cs = funnel.join([l2((5,)), l3((5,)), _l1()])
     assert len(cs) == 1
     c = cs[0]
     assert c.ranks == (5,) and c.phase == "mlp" and c.kernels == ("gemm",)
@@ -79,22 +39,22 @@ def test_l2_and_l3_on_the_same_rank_are_one_culprit_with_l1_support() -> None:
 
 def test_late_arrivals_are_propagated_waiting_when_a_compute_straggler_exists() -> None:
     cs = funnel.join(
-        [_l2((5,)), _l2((1, 2, 3, 5), phase="dp_grad_sync", role="late_arrival", group=("dp", "x"))]
+        [l2((5,)), l2((1, 2, 3, 5), phase="dp_grad_sync", role="late_arrival", group=("dp", "x"))]
     )
     assert [c.ranks for c in cs] == [(5,)]
     assert cs[0].phase == "mlp"
 
 
 def test_late_arrival_alone_is_a_culprit() -> None:
-    (c,) = funnel.join([_l2((7,), phase="ep_alltoall", role="late_arrival", group=("ep", "g"))])
+    (c,) = funnel.join([l2((7,), phase="ep_alltoall", role="late_arrival", group=("ep", "g"))])
     assert c.ranks == (7,) and c.phase == "ep_alltoall"
 
 
 def test_group_divergence_is_its_own_culprit_and_absorbs_its_members_symptoms() -> None:
     cs = funnel.join(
         [
-            _l3((), members=[8, 9, 10, 11], group=("edp", "e3"), collective=True),
-            _l3((9, 10), collective=True),
+            l3((), members=[8, 9, 10, 11], group=("edp", "e3"), collective=True),
+            l3((9, 10), collective=True),
         ]
     )
     assert len(cs) == 1
@@ -103,7 +63,7 @@ def test_group_divergence_is_its_own_culprit_and_absorbs_its_members_symptoms() 
 
 def test_group_holding_a_compute_straggler_is_its_symptom() -> None:
     cs = funnel.join(
-        [_l2((9,)), _l3((), members=[8, 9, 10, 11], group=("edp", "e3"), collective=True)]
+        [l2((9,)), l3((), members=[8, 9, 10, 11], group=("edp", "e3"), collective=True)]
     )
     assert [(c.ranks, c.levels) for c in cs] == [((9,), ("L2", "L3"))]
 
@@ -114,7 +74,7 @@ def test_unexplained_l1_is_a_job_culprit() -> None:
 
 
 def test_two_independent_stragglers_stay_apart() -> None:
-    cs = funnel.join([_l2((1,)), _l2((40,), group=("dp", "pp1"))])
+    cs = funnel.join([l2((1,)), l2((40,), group=("dp", "pp1"))])
     assert sorted(c.ranks for c in cs) == [(1,), (40,)]
 
 
@@ -124,7 +84,7 @@ def test_persistence_confidence_trigger_and_resolve() -> None:
     confs = []
     alerts = []
     for w in range(3):
-        st, out = funnel.step(st, [_l2((5,), w=(w * 10, w * 10 + 9), z=4.0)], cfg)
+        st, out = funnel.step(st, [l2((5,), w=(w * 10, w * 10 + 9), z=4.0)], cfg)
         (v,) = out.verdicts
         assert v.persistence == w + 1
         confs.append(v.confidence)
@@ -143,23 +103,23 @@ def test_persistence_confidence_trigger_and_resolve() -> None:
 
 def test_gap_resets_persistence() -> None:
     st = funnel.FunnelState()
-    st, _ = funnel.step(st, [_l2((5,))])
+    st, _ = funnel.step(st, [l2((5,))])
     st, _ = funnel.step(st, [])
-    st, out = funnel.step(st, [_l2((5,), w=(20, 29))])
+    st, out = funnel.step(st, [l2((5,), w=(20, 29))])
     assert out.verdicts[0].persistence == 1
 
 
 def test_state_round_trips_through_json() -> None:
-    st, _ = funnel.step(funnel.FunnelState(), [_l2((5,), z=30.0)])
+    st, _ = funnel.step(funnel.FunnelState(), [l2((5,), z=30.0)])
     back = funnel.FunnelState.from_dict(json.loads(json.dumps(st.to_dict())))
     assert back == st
-    _st2, out = funnel.step(back, [_l2((5,), w=(10, 19), z=30.0)])
+    _st2, out = funnel.step(back, [l2((5,), w=(10, 19), z=30.0)])
     assert out.verdicts[0].persistence == 2
 
 
 def test_records_match_the_wire_schemas() -> None:
     codec = Codec()
-    _st, out = funnel.step(funnel.FunnelState(), [_l2((5,), z=40.0), _l3((5,))])
+    _st, out = funnel.step(funnel.FunnelState(), [l2((5,), z=40.0), l3((5,))])
     (v,) = out.verdicts
     for rec in out.alerts:
         assert codec.decode_as("alert", codec.encode("alert", rec))["dedup_key"] == v.dedup_key
@@ -172,11 +132,11 @@ def test_records_match_the_wire_schemas() -> None:
 
 def test_confidence_grows_with_levels_and_margin() -> None:
     cfg = FunnelConfig()
-    one = funnel.confidence_of([_l2((5,), z=4.0)], 1, cfg)
-    two = funnel.confidence_of([_l2((5,), z=4.0), _l3((5,))], 1, cfg)
-    big = funnel.confidence_of([_l2((5,), z=40.0)], 1, cfg)
+    one = funnel.confidence_of([l2((5,), z=4.0)], 1, cfg)
+    two = funnel.confidence_of([l2((5,), z=4.0), l3((5,))], 1, cfg)
+    big = funnel.confidence_of([l2((5,), z=40.0)], 1, cfg)
     assert 0 < one < two <= 1 and one < big
-    assert funnel.confidence_of([_l2((5,), z=4.0)], 3, cfg) > one
+    assert funnel.confidence_of([l2((5,), z=4.0)], 3, cfg) > one
 
 
 @pytest.mark.parametrize("bad", [0.0, 1.5])
@@ -190,14 +150,14 @@ def test_bad_trigger_confidence(bad: float) -> None:
 def test_waiting_in_a_collective_is_attached_to_a_slow_kernel_culprit() -> None:
     # rank 14 waits in its TP all-reduce because its peer 15's own kernels are slow
     cs = funnel.join(
-        [_l3((15,), kernel="gemm"), _l3((14,), kernel="nccl_allreduce", collective=True)]
+        [l3((15,), kernel="gemm"), l3((14,), kernel="nccl_allreduce", collective=True)]
     )
     assert [c.ranks for c in cs] == [(15,)]
 
 
 def test_waiting_alone_is_reported_but_never_pages() -> None:
     _st, out = funnel.step(
-        funnel.FunnelState(), [_l3((14,), kernel="nccl_allreduce", collective=True)]
+        funnel.FunnelState(), [l3((14,), kernel="nccl_allreduce", collective=True)]
     )
     assert [v.culprit.ranks for v in out.verdicts] == [(14,)]
     assert out.alerts == []
@@ -210,8 +170,8 @@ def test_retrigger_only_when_levels_or_severity_change() -> None:
         st, out = funnel.step(
             st,
             [
-                _l2((5,), w=(w * 10, w * 10 + 9), z=40.0),
-                _l3((5,), kernel=k, w=(w * 10, w * 10 + 9)),
+                l2((5,), w=(w * 10, w * 10 + 9), z=40.0),
+                l3((5,), kernel=k, w=(w * 10, w * 10 + 9)),
             ],
         )
         actions += [a["action"] for a in out.alerts]
@@ -221,17 +181,17 @@ def test_retrigger_only_when_levels_or_severity_change() -> None:
 def test_l3_only_culprit_pages_from_its_third_consecutive_window() -> None:
     s = funnel.FunnelState()
     for k in range(2):
-        s, out = funnel.step(s, [_l3((5,), w=(10 * k, 10 * k + 9))])
+        s, out = funnel.step(s, [l3((5,), w=(10 * k, 10 * k + 9))])
         assert out.verdicts and out.verdicts[0].confidence >= 0.5 and out.alerts == []
-    s, out = funnel.step(s, [_l3((5,), w=(20, 29))])
+    s, out = funnel.step(s, [l3((5,), w=(20, 29))])
     assert [a["action"] for a in out.alerts] == ["trigger"]
     # L1 names no rank: it does not make one window enough; L2 beside it does
-    assert not funnel.step(funnel.FunnelState(), [_l3((5,)), _l1(w=(0, 9))])[1].alerts
-    assert funnel.step(funnel.FunnelState(), [_l3((5,)), _l2((5,))])[1].alerts
+    assert not funnel.step(funnel.FunnelState(), [l3((5,)), _l1(w=(0, 9))])[1].alerts
+    assert funnel.step(funnel.FunnelState(), [l3((5,)), l2((5,))])[1].alerts
 
     # a group divergence alone waits as long
     def g(k: int) -> Finding:
-        return _l3(
+        return l3(
             (),
             kernel="nccl_rs",
             collective=True,
@@ -248,4 +208,4 @@ def test_l3_only_culprit_pages_from_its_third_consecutive_window() -> None:
     assert alerts == [0, 0, 1]
     # and the knob can ask for one window only
     one = FunnelConfig(l3_only_persistence=1)
-    assert funnel.step(funnel.FunnelState(), [_l3((5,))], one)[1].alerts
+    assert funnel.step(funnel.FunnelState(), [l3((5,))], one)[1].alerts

@@ -14,58 +14,20 @@ from pathlib import Path
 from argus.detectors import funnel
 from argus.detectors.findings import Finding
 from argus.streams.agents.funnel import finding_from_anomaly
+from tests.detectors.findings_builders import l2, l3
 
 FIXTURE = Path(__file__).parent / "data" / "soak1024_funnel_window.jsonl"
 
 
-def _l2(ranks, group, phase="mlp", role="compute", w=(0, 9), z=60.0) -> Finding:
-    return Finding(
-        job="j",
-        level="L2",
-        kind="straggler",
-        group_kind=group[0],
-        group_id=group[1],
-        ranks=ranks,
-        phase=phase,
-        window_start_step=w[0],
-        window_end_step=w[1],
-        window_start_ns=w[0] * 100,
-        window_end_ns=w[1] * 100 + 99,
-        score=z,
-        threshold=3.5,
-        evidence={"role": role, "bottleneck": json.dumps(list(ranks) if role == "compute" else [])},
-    )
-
-
-def _l3(ranks, group, kernel="gemm", collective=False, members=None, w=(0, 9)) -> Finding:
-    ev = {"collective": str(collective).lower()}
-    if members is not None:
-        ev["members"] = json.dumps(members)
-    return Finding(
-        job="j",
-        level="L3",
-        kind="group_divergence" if members is not None else "kernel_divergence",
-        group_kind=group[0],
-        group_id=group[1],
-        ranks=ranks,
-        kernel=kernel,
-        window_start_step=w[0],
-        window_end_step=w[1],
-        score=5e5,
-        threshold=1e5,
-        evidence=ev,
-    )
-
-
 def _late(rank: int, group: tuple[str, str], w=(0, 9)) -> Finding:
-    return _l2((rank,), group, phase="expert_grad_sync", role="late_arrival", w=w, z=60.0)
+    return l2((rank,), group, phase="expert_grad_sync", role="late_arrival", w=w, z=60.0)
 
 
 # 1,024-rank layout (dp=32, tp=2, pp=4, ep=4): rank 640 is pp2.tp0.dp20.ep0, 646 its EP peer
 # (ep3); they share the EP group pp2.tp0.dp20 and the DP group pp2.tp0, not an EDP group
-STRAGGLER = _l2((640,), ("dp", "pp2.tp0"))
+STRAGGLER = l2((640,), ("dp", "pp2.tp0"), z=60.0)
 PEER_LATE = _late(646, ("edp", "pp2.tp0.ep3"))
-NOISE = _l3((518, 520, 646), ("dp", "pp2.tp0"), kernel="flash_bwd")  # random L3 flag
+NOISE = l3((518, 520, 646), ("dp", "pp2.tp0"), kernel="flash_bwd")  # random L3 flag
 
 
 def test_soak_window_pages_only_the_straggler() -> None:
@@ -101,7 +63,7 @@ def test_a_tp_partner_late_into_the_next_collective_is_a_victim() -> None:
     # its EP all-to-all: no finding names both, but they differ only in the TP dimension
     cs = funnel.join(
         [
-            _l2((32,), ("dp", "pp1.tp0")),
+            l2((32,), ("dp", "pp1.tp0"), z=60.0),
             _late(32, ("ep", "pp1.tp0.dp0")),
             _late(33, ("ep", "pp1.tp1.dp0")),
         ]
@@ -111,7 +73,7 @@ def test_a_tp_partner_late_into_the_next_collective_is_a_victim() -> None:
 
 def test_waiting_no_straggler_shares_a_group_with_is_its_own_culprit_and_pages() -> None:
     # a straggler at another stage *and* TP rank shares no comparison group with rank 646
-    other = _l2((300,), ("dp", "pp1.tp1"))
+    other = l2((300,), ("dp", "pp1.tp1"), z=60.0)
     cs = funnel.join([other, PEER_LATE])
     assert sorted(c.ranks for c in cs) == [(300,), (646,)]
     _st, out = funnel.step(funnel.FunnelState(), [other, PEER_LATE])
@@ -121,7 +83,7 @@ def test_waiting_no_straggler_shares_a_group_with_is_its_own_culprit_and_pages()
 def test_slow_collective_without_a_straggler_still_pages() -> None:
     # one EDP group's expert-grad collective slow (a link): the group diverges, and a member
     # is late into it; no compute straggler anywhere
-    link = _l3(
+    link = l3(
         (),
         ("edp", "pp2.tp0.ep3"),
         kernel="nccl_reduce_scatter",
