@@ -28,7 +28,8 @@ from argus.detectors.errors import DetectorInputError
 from argus.detectors.findings import Finding, to_anomaly
 from argus.detectors.funnel import FunnelState, Verdict
 from argus.detectors.inputs import group_windows, job_series
-from argus.detectors.l3_window import RankKernels, detect_window, merge_summaries
+from argus.detectors.kernel_inputs import rank_kernels, summary_groups
+from argus.detectors.l3_window import detect_window
 from argus.detectors.routing import Routing
 
 __all__ = [
@@ -148,29 +149,6 @@ def batch_summaries(rec: Mapping[str, Any], kde_config: Any = None) -> dict[str,
         ) from exc
 
 
-def summary_groups(rec: Mapping[str, Any], names: Any) -> dict[tuple[str, int], Any]:
-    """``{(kernel name, stream): Summary}`` of one ``kernel_summary`` record.
-
-    ``names`` is a :class:`argus.streams.summary_record.KernelNames` book shared by all the
-    records read (names are announced once per rank).
-
-    Raises
-    ------
-    DetectorInputError
-        Columns that disagree.
-    """
-    from argus.streams.summary_record import BatchError, groups_from_summary
-
-    names.update(rec)
-    try:
-        groups = groups_from_summary(rec)
-    except BatchError as exc:
-        raise DetectorInputError(
-            f"kernel_summary {rec.get('job')}/{rec.get('rank')} window {rec.get('window_id')}: {exc}"
-        ) from exc
-    return {(names.name(kid), st): s for (kid, st), s in groups.items()}
-
-
 def diagnose(
     steps: Iterable[Mapping[str, Any]],
     *,
@@ -273,12 +251,7 @@ def diagnose(
         for gw in group_windows(recs, routing, job=the_job):
             found.extend(l2.detect(gw, cfg.l2))
         if w in kern:
-            rks = [
-                RankKernels(
-                    rk, coords_of[rk], {k: merge_summaries(v) for k, v in d.items()}, skinds[rk]
-                )
-                for rk, d in sorted(kern[w].items())
-            ]
+            rks = rank_kernels(kern[w], coords_of, skinds)
             found.extend(
                 detect_window(the_job, rks, window=(ws, we, wsn, wen), cfg=cfg.l3, routing=routing)
             )

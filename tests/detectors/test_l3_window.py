@@ -104,24 +104,10 @@ def _records(slow_rank: int, windows: int = 3) -> list[dict]:
 
 
 def _as_rank_kernels(records: list[dict]) -> list[RankKernels]:
-    from collections import defaultdict
+    from argus.detectors.kernel_inputs import rank_kernels_from_summaries
+    from argus.streams.summary_record import KernelNames
 
-    from argus.streams.summary_record import KernelNames, groups_from_summary
-
-    book = KernelNames()
-    book.update_many(records)
-    parts: dict[int, dict] = defaultdict(lambda: defaultdict(list))
-    coords, kinds = {}, defaultdict(dict)
-    for rec in records:
-        coords[rec["rank"]] = rec["coords"]
-        for s in rec["streams"]:
-            kinds[rec["rank"]][int(s["id"])] = s["kind"]
-        for (kid, st), s in groups_from_summary(rec).items():
-            parts[rec["rank"]][(book.name(kid), st)].append(s)
-    return [
-        RankKernels(r, coords[r], {k: merge_summaries(v) for k, v in d.items()}, kinds[r])
-        for r, d in sorted(parts.items())
-    ]
+    return rank_kernels_from_summaries(records, KernelNames())
 
 
 def test_columnar_table_from_wire_records_gives_the_object_path_findings() -> None:
