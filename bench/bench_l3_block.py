@@ -4,7 +4,7 @@ One L3 block = one scope group's kernel summaries over ``l3_windows`` windows. T
 paths in the same run, on the same encoded records:
 
 * **objects**: one ``Summary`` per (rank, kernel, stream, window), merged per rank
-  (``groups_from_summary`` + ``merge_summaries`` -> ``RankKernels``): the first version;
+  (``rank_kernels_from_summaries`` -> ``RankKernels``, as ``argus diagnose``): the first version;
 * **columnar**: ``table_from_summaries`` straight from the wire columns (what the agent runs).
 
     .venv/bin/python bench/bench_l3_block.py --ranks 128 --windows 10 --events 3000
@@ -15,36 +15,15 @@ from __future__ import annotations
 import argparse
 import time
 from collections import defaultdict
-from typing import Any
 
 import numpy as np
 
-from argus.detectors.l3_window import (
-    RankKernels,
-    detect_window,
-    merge_summaries,
-    table_from_summaries,
-)
+from argus.detectors.kernel_inputs import rank_kernels_from_summaries
+from argus.detectors.l3_window import detect_window, table_from_summaries
 from argus.schemas import Codec
 from argus.sim.layout import Layout
 from argus.streams import synth
-from argus.streams.summary_record import KernelNames, groups_from_summary, summarize_batch
-
-
-def _objects(records: list[dict[str, Any]], book: KernelNames) -> list[RankKernels]:
-    parts: dict[int, dict[Any, list[Any]]] = defaultdict(lambda: defaultdict(list))
-    coords: dict[int, Any] = {}
-    kinds: dict[int, dict[int, str]] = defaultdict(dict)
-    for rec in records:
-        coords[rec["rank"]] = rec["coords"]
-        for s in rec["streams"]:
-            kinds[rec["rank"]][int(s["id"])] = s["kind"]
-        for (kid, st), s in groups_from_summary(rec).items():
-            parts[rec["rank"]][(book.name(kid), st)].append(s)
-    return [
-        RankKernels(r, coords[r], {k: merge_summaries(v) for k, v in d.items()}, kinds[r])
-        for r, d in sorted(parts.items())
-    ]
+from argus.streams.summary_record import KernelNames, summarize_batch
 
 
 def main() -> None:
@@ -80,7 +59,11 @@ def main() -> None:
             book = KernelNames()
             book.update_many(recs)
             t1 = time.perf_counter()
-            inp = _objects(recs, book) if path == "objects" else table_from_summaries(recs, book)
+            inp = (
+                rank_kernels_from_summaries(recs, book)
+                if path == "objects"
+                else table_from_summaries(recs, book)
+            )
             t2 = time.perf_counter()
             found = detect_window("j", inp, window=(0, a.windows - 1, 0, 1))
             t3 = time.perf_counter()
