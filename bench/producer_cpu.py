@@ -16,10 +16,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import threading
 import time
 import uuid
-from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,31 +28,9 @@ from argus.collectors.runtime import Collector  # noqa: E402
 from argus.collectors.topology import discover_topology  # noqa: E402
 from argus.config import load_settings  # noqa: E402
 from argus.kafka.admin import create_topics, delete_topics  # noqa: E402
+from examples.threadcpu import collector_threads_cpu  # noqa: E402
 
-TICK = os.sysconf("SC_CLK_TCK")
 PHASES = [("attention", 2), ("mlp", 2), ("forward", 1), ("backward", 1), ("optimizer", 1)]
-
-
-def background_cpu() -> dict[str, float]:
-    """CPU seconds so far per background thread name (``argus-*`` and ``rdk:*``)."""
-    out: dict[str, float] = defaultdict(float)
-    for t in threading.enumerate():
-        if t.name.startswith("argus-") and t.ident is not None:
-            try:
-                out[t.name] += time.clock_gettime(time.pthread_getcpuclockid(t.ident))
-            except (OSError, ValueError):
-                continue
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            st = Path(f"/proc/self/task/{tid}/stat").read_text()
-        except OSError:
-            continue
-        comm = st[st.index("(") + 1 : st.rindex(")")]
-        if comm.startswith("rdk:"):
-            f = st.rsplit(")", 1)[1].split()
-            name = "rdk:broker*" if comm.startswith("rdk:broker") else comm
-            out[name] += (int(f[11]) + int(f[12])) / TICK
-    return out
 
 
 def main() -> int:
@@ -80,7 +56,7 @@ def main() -> int:
         while True:
             now = time.monotonic()
             if not before and now >= t_end_warm:
-                before, t0, n, oh0 = background_cpu(), now, 0, col.overhead_total_ns
+                before, t0, n, oh0 = collector_threads_cpu(), now, 0, col.overhead_total_ns
             if before and now - t0 >= args.seconds:
                 break
             col.step_begin()
@@ -94,7 +70,7 @@ def main() -> int:
             time.sleep(max(0.0, next_t - time.monotonic()))
             col.step_end()
             n += 1
-        after = background_cpu()
+        after = collector_threads_cpu()
         wall = time.monotonic() - t0
         self_ns = col.overhead_total_ns - oh0
     finally:

@@ -31,8 +31,8 @@ sys.path.insert(0, str(ROOT))
 from argus.collectors.stacks import find_py_spy  # noqa: E402
 from argus.config import load_settings  # noqa: E402
 from argus.kafka.admin import create_topics, delete_topics  # noqa: E402
+from examples.threadcpu import TICK, thread_ticks  # noqa: E402
 
-TICK = os.sysconf("SC_CLK_TCK")
 _THREAD_RE = re.compile(r'^Thread (\d+) \([^)]*\): "(.*)"', re.M)
 
 
@@ -56,24 +56,6 @@ def _cmdline(pid: int) -> bytes:
         return Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return b""
-
-
-def thread_ticks(pid: int) -> dict[int, tuple[str, int]]:
-    """``{tid: (comm, user + system ticks)}`` of every thread of ``pid``."""
-    out: dict[int, tuple[str, int]] = {}
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return out
-    for tid in tids:
-        try:
-            st = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
-        except OSError:
-            continue
-        comm = st[st.index("(") + 1 : st.rindex(")")]
-        f = st.rsplit(")", 1)[1].split()
-        out[int(tid)] = (comm, int(f[11]) + int(f[12]))
-    return out
 
 
 def python_thread_names(pid: int, py_spy: str | None) -> dict[int, str]:

@@ -39,6 +39,7 @@ import torch.multiprocessing as mp
 from torch import nn
 
 import argus.collectors as ac
+from examples.threadcpu import collector_threads_cpu
 
 MODES = ("off", "all", "phases", "kernels", "stacks")
 
@@ -140,26 +141,9 @@ def _rss_bytes() -> int:
 
 
 def _collector_threads_cpu_s() -> float:
-    """CPU seconds used so far by the collectors' own threads: the ``argus-*`` Python threads
-    (exact, per-thread CPU clocks) and librdkafka's ``rdk:*`` threads (/proc, 10 ms ticks)."""
-    import threading
-
-    total = 0.0
-    for t in threading.enumerate():
-        if t.name.startswith("argus-") and t.ident is not None:
-            try:
-                total += time.clock_gettime(time.pthread_getcpuclockid(t.ident))
-            except (OSError, ValueError):
-                continue
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            st = Path(f"/proc/self/task/{tid}/stat").read_text()
-        except OSError:
-            continue
-        if st[st.index("(") + 1 : st.rindex(")")].startswith("rdk:"):
-            f = st.rsplit(")", 1)[1].split()
-            total += (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
-    return total
+    """CPU seconds used so far by the collectors' own threads (see
+    :func:`examples.threadcpu.collector_threads_cpu`)."""
+    return sum(collector_threads_cpu().values())
 
 
 def _apply_mode(col: Any, mode: str, mode_file: str | None) -> None:
