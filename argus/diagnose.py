@@ -259,7 +259,7 @@ def diagnose(
         overlapping = [
             f for f in l1_findings if f.window_start_step <= we and f.window_end_step >= ws
         ]
-        state, out = funnel.step(state, [*found, *overlapping], cfg.funnel)
+        state, out = funnel.step(state, [*found, *overlapping], cfg.funnel, groups=routing.groups)
         for v in out.verdicts:
             last[v.dedup_key] = v
             res.first_step.setdefault(v.dedup_key, min(we, int(series.steps[-1])))

@@ -191,16 +191,18 @@ def _coords(group_ids: Iterable[str]) -> dict[str, int]:
     return out
 
 
-def _peers(a: Mapping[str, int], b: Mapping[str, int]) -> bool:
+def _peers(a: Mapping[str, int], b: Mapping[str, int], groups: Mapping[str, Sequence[str]]) -> bool:
     """Ranks at (partly known) coordinates ``a`` and ``b`` can share a comparison group.
 
     The dimensions where both are known and differ must all be varied by one group kind of
-    :data:`argus.detectors.routing.DEFAULT_GROUPS` (``tp``, ``pp``, ``ep``, ``edp``: one
-    dimension; ``dp``: dp and ep): e.g. a rank and its TP partner, its pipeline neighbour,
-    its EP peers. Unknown dimensions do not separate them.
+    ``groups`` (kind -> dims it varies, the routing's; by default
+    :data:`argus.detectors.routing.DEFAULT_GROUPS`: ``tp``, ``pp``, ``ep``, ``edp`` one
+    dimension, ``dp`` dp and ep): e.g. a rank and its TP partner, its pipeline neighbour,
+    its EP peers. The ``job`` kind (every rank) does not count. Unknown dimensions do not
+    separate them.
     """
     diff = {d for d in a.keys() & b.keys() if a[d] != b[d]}
-    return any(diff <= set(v) for k, v in DEFAULT_GROUPS.items() if k != "job")
+    return any(diff <= set(v) for k, v in groups.items() if k != "job")
 
 
 def _waiting(f: Finding) -> bool:
@@ -218,7 +220,10 @@ def _core_ranks(cl: Sequence[Finding]) -> set[int]:
 
 
 def _attach_waiting(
-    waiting: Sequence[Finding], hosts: Sequence[list[Finding]], window: Sequence[Finding]
+    waiting: Sequence[Finding],
+    hosts: Sequence[list[Finding]],
+    window: Sequence[Finding],
+    groups: Mapping[str, Sequence[str]],
 ) -> list[Finding]:
     """Attach each waiting finding to the slow culprit that explains it; return the others.
 
@@ -259,7 +264,9 @@ def _attach_waiting(
 
     def peers(f: Finding, h: list[Finding]) -> bool:
         return any(
-            _peers(coords.get(w, {}), coords.get(s, {})) for w in f.ranks for s in core[id(h)]
+            _peers(coords.get(w, {}), coords.get(s, {}), groups)
+            for w in f.ranks
+            for s in core[id(h)]
         )
 
     def l3_explains(f: Finding, h: list[Finding]) -> bool:
@@ -293,13 +300,17 @@ def _attach_waiting(
     return pending
 
 
-def join(findings: Sequence[Finding]) -> list[Culprit]:
+def join(
+    findings: Sequence[Finding], groups: Mapping[str, Sequence[str]] = DEFAULT_GROUPS
+) -> list[Culprit]:
     """Join one window's findings into culprits.
 
     Parameters
     ----------
     findings : sequence of Finding
         L1, L2 and L3 findings of one window (several jobs are kept apart).
+    groups : mapping
+        Group kind -> dimensions it varies (``Routing.groups``): who are peers.
 
     Returns
     -------
@@ -383,7 +394,7 @@ def join(findings: Sequence[Finding]) -> list[Culprit]:
                 host.extend(by_group.pop(gkey))
         # rule 3: waiting (late arrivals, one rank's collective kernels) goes to the straggler
         # it is explained by; what nothing explains is a culprit of its own
-        rest = _attach_waiting([*late, *k3_coll], with_compute, fs)
+        rest = _attach_waiting([*late, *k3_coll], with_compute, fs, groups)
         for cl in _union(rest):
             ranks = {r for f in cl for r in f.ranks}
             host = None
@@ -688,6 +699,8 @@ def step(
     state: FunnelState,
     findings: Sequence[Finding],
     cfg: FunnelConfig | None = None,
+    *,
+    groups: Mapping[str, Sequence[str]] = DEFAULT_GROUPS,
 ) -> tuple[FunnelState, FunnelOutput]:
     """Advance the funnel by one window.
 
@@ -699,6 +712,9 @@ def step(
         All findings of the next window (may be empty: a quiet window still counts, so that
         persistence resets and alerts resolve).
     cfg : FunnelConfig
+    groups : mapping
+        Group kind -> the dimensions it varies: the routing's (``Routing.groups``), so a
+        custom ``[detectors.routing.groups]`` kind makes its ranks peers (victim rule).
 
     Returns
     -------
@@ -711,7 +727,7 @@ def step(
     verdicts: list[Verdict] = []
     alerts: list[dict[str, Any]] = []
     seen: set[str] = set()
-    culprits_now = join(findings)
+    culprits_now = join(findings, groups)
     # stragglers of this window and the previous one (a window edge may split a straggler
     # from its victims): a victim culprit in their groups does not page
     straggling = [_coords(_straggler_groups(c)) for c in culprits_now if _compute_ranks(c.findings)]
@@ -740,7 +756,7 @@ def step(
         if (
             conf >= cfg.trigger_confidence
             and not _waiting_only(c)
-            and not _explained_victim(c, straggling)
+            and not _explained_victim(c, straggling, groups)
             and (pers >= cfg.l3_only_persistence or not _l3_only(c))
         ):
             new_sig = _signature(v)
@@ -812,7 +828,9 @@ def _straggler_groups(c: Culprit) -> tuple[str, ...]:
     )
 
 
-def _explained_victim(c: Culprit, straggling: Sequence[Mapping[str, int]]) -> bool:
+def _explained_victim(
+    c: Culprit, straggling: Sequence[Mapping[str, int]], groups: Mapping[str, Sequence[str]]
+) -> bool:
     """The culprit's only evidence is waiting (late arrivals, one rank's collective kernels)
     of ranks that are peers (:func:`_peers`) of a compute straggler (``straggling``: its
     coordinates): the straggler's victim, reported but not paged. Waiting that no straggler
@@ -825,7 +843,7 @@ def _explained_victim(c: Culprit, straggling: Sequence[Mapping[str, int]]) -> bo
     for f in fs:
         for r in f.ranks:
             groups_of_rank.setdefault(r, set()).add(f.group_id)
-    return any(_peers(_coords(gs), s) for gs in groups_of_rank.values() for s in straggling)
+    return any(_peers(_coords(gs), s, groups) for gs in groups_of_rank.values() for s in straggling)
 
 
 def _signature(v: Verdict) -> str:

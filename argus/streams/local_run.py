@@ -22,8 +22,10 @@ __all__ = ["Watcher", "WorkerProcess"]
 class WorkerProcess:
     """``argus worker ROLES...`` as a child process with its own environment overrides.
 
-    Output goes to ``log_path``. :meth:`stop` sends SIGTERM (a clean faust shutdown) and
-    waits; :meth:`kill` sends SIGKILL (crash tests).
+    Output goes to ``log_path``, at ``loglevel`` (default ``$ARGUS_WORKER_LOGLEVEL`` or
+    warn). :meth:`stop` sends SIGTERM (a clean faust shutdown) and waits; :meth:`kill`
+    sends SIGKILL (crash tests). SIGUSR1 makes the worker print every thread's and asyncio
+    task's stack to the log (mode's ``cry``): the first thing to take from a stalled worker.
     """
 
     def __init__(
@@ -33,13 +35,13 @@ class WorkerProcess:
         env: Mapping[str, str] | None = None,
         log_path: Path,
         metrics_port: int = 0,
-        loglevel: str = "warn",
+        loglevel: str | None = None,
     ) -> None:
         self.roles = list(roles)
         self.env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
         self.log_path = log_path
         self.metrics_port = metrics_port
-        self.loglevel = loglevel
+        self.loglevel = loglevel or os.environ.get("ARGUS_WORKER_LOGLEVEL", "warn")
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> WorkerProcess:

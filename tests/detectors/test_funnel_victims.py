@@ -13,6 +13,7 @@ from pathlib import Path
 
 from argus.detectors import funnel
 from argus.detectors.findings import Finding
+from argus.detectors.routing import DEFAULT_GROUPS
 from argus.streams.agents.funnel import finding_from_anomaly
 from tests.detectors.findings_builders import l2, l3
 
@@ -111,7 +112,7 @@ def test_victims_a_window_after_their_straggler_do_not_page() -> None:
 
 def test_peers_share_a_comparison_group_of_a_default_kind() -> None:
     def peers(a: str, b: str) -> bool:
-        return funnel._peers(funnel._coords([a]), funnel._coords([b]))
+        return funnel._peers(funnel._coords([a]), funnel._coords([b]), DEFAULT_GROUPS)
 
     assert peers("pp2.tp0.ep3", "pp2.tp0.dp20")  # EDP and EP groups share a rank
     assert peers("pp2.tp0.ep3", "pp2.tp0.ep0")  # EP peers

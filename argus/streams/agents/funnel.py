@@ -25,6 +25,7 @@ import faust
 
 from argus.detectors import funnel
 from argus.detectors.findings import Finding
+from argus.detectors.routing import Routing
 from argus.streams import metrics
 from argus.streams.agents.common import remember
 from argus.streams.app import Ctx, add_lag_gauge, route_batches, window_agent
@@ -66,6 +67,7 @@ class _Funnel:
     def __init__(self, ctx: Ctx) -> None:
         self.ctx = ctx
         self.cfg = ctx.detectors.funnel
+        self.groups = Routing.from_config(ctx.detectors.routing).groups  # who are peers
         self.w = ctx.pcfg.funnel_window_steps
         self.grace = ctx.pcfg.funnel_grace_s
         self.idle = ctx.pcfg.funnel_idle_s
@@ -162,7 +164,9 @@ class _Funnel:
         st["closed"] = k
         end = (k + 1) * self.w - 1
         st["expect"] = {i: e for i, e in st.get("expect", {}).items() if e > end}  # late now
-        fs, out = funnel.step(funnel.FunnelState.from_dict(st["fs"]), findings, self.cfg)
+        fs, out = funnel.step(
+            funnel.FunnelState.from_dict(st["fs"]), findings, self.cfg, groups=self.groups
+        )
         st["fs"] = fs.to_dict()
         # alerts leave through the outbox, after the state that knows of them (after_write)
         st.setdefault("outbox", []).extend(out.alerts)
