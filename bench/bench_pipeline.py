@@ -18,22 +18,26 @@ import argparse
 import os
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _loadgen import (
+    PERIOD_S,
+    SPLIT,
+    load_producer,
+    metric,
+    produce,
+    publish_steps,
+    split_roles,
+    start_stack,
+)
 
-from argus.config import load_settings
-from argus.kafka.admin import create_topics, delete_prefixed
-from argus.kafka.local import LocalBroker
+from argus.kafka.admin import delete_prefixed
 from argus.sim.simulate import SimRun, publish, simulate
 from argus.streams.local_run import Watcher, WorkerProcess
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "tests" / "pipeline"))
-from harness import SPLIT, free_port, metric
 
 ENV = {
     "ARGUS_STREAMS__INTERNAL_PARTITIONS": "2",
@@ -47,20 +51,8 @@ def _pct(xs: list[float], q: float) -> float:
 
 
 def latency(ranks: int, steps: int, rate: float) -> None:
-    s = load_settings()
-    LocalBroker(s).up()
-    prefix = f"bench{int(time.time())}"
-    create_topics(s, prefix=prefix, partitions=2)
-    tmp = Path(tempfile.mkdtemp())
-    workers = [
-        WorkerProcess(
-            r,
-            env={"ARGUS_TOPIC_PREFIX": prefix, **ENV},
-            log_path=tmp / f"{'-'.join(r)}.log",
-            metrics_port=free_port(),
-        ).start()
-        for r in SPLIT
-    ]
+    st = start_stack("bench", partitions=2, env=ENV, roles=SPLIT)
+    s, prefix, workers = st.settings, st.prefix, st.workers
     watch = Watcher(s, ["anomalies"], prefix=prefix)
     arrivals: dict[str, float] = {}
     lock = threading.Lock()
@@ -126,29 +118,13 @@ def _lag(workers: list[WorkerProcess], *roles: str) -> float:
 
 def load(ranks: int, minutes: float, events: int, profile: bool, split: int = 2) -> None:
     """R ranks at 15 steps/min, ``events`` kernel events per rank-step; lag must not grow."""
-    from confluent_kafka import Producer
-
     from argus.schemas import Codec
     from argus.sim.layout import Layout
     from argus.streams import synth
 
-    s = load_settings()
-    broker_pid = LocalBroker(s).up().pid
-    prefix = f"load{int(time.time())}"
-    create_topics(s, prefix=prefix, partitions=4)
-    tmp = Path(tempfile.mkdtemp())
-    env = {
-        "ARGUS_TOPIC_PREFIX": prefix,
-        "ARGUS_STREAMS__PRODUCER_LINGER_S": "0.01",  # batched sends, as measured
-        **ENV,
-        "ARGUS_STREAMS__INTERNAL_PARTITIONS": "4",
-    }
-    workers = [
-        WorkerProcess(
-            r, env=env, log_path=tmp / f"{'-'.join(r)}.log", metrics_port=free_port()
-        ).start()
-        for r in (SPLIT if split == 2 else (SPLIT[0], ("compressor",), ("l3",)))
-    ]
+    st = start_stack("load", roles=split_roles(split))  # LOAD_ENV: 4 internal partitions, linger
+    s, prefix, workers, broker_pid = st.settings, st.prefix, st.workers, st.broker_pid
+    tmp = st.log_dir
     lay = Layout.for_ranks(ranks)
     run = SimRun.make(
         "healthy", layout=lay, steps=10_000, seed=3, job=f"load-{ranks}", kernels=False
@@ -163,13 +139,9 @@ def load(ranks: int, minutes: float, events: int, profile: bool, split: int = 2)
         for r in range(lay.world)
     ]
     codec = Codec()
-    prod = Producer(
-        s.kafka_config(
-            **{"linger.ms": 20, "compression.type": "lz4", "queue.buffering.max.kbytes": 1048576}
-        )
-    )
+    prod = load_producer(s)
     time.sleep(8)
-    period = 4.0  # 15 steps/min
+    period = PERIOD_S  # 15 steps/min
     n_steps = int(minutes * 60 / period)
     samples: list[tuple[float, float, float]] = []  # (t, steps lag, kernels lag)
     cpu0 = [_cpu_s(w.proc.pid) for w in workers if w.proc]
@@ -177,16 +149,10 @@ def load(ranks: int, minutes: float, events: int, profile: bool, split: int = 2)
     self0 = sum(os.times()[:2])
     t_start = time.monotonic()
     bytes_k = 0
-    pending = next(steps_iter)
+    pending: tuple[str, str, dict[str, Any]] | None = next(steps_iter)
     for step in range(n_steps):
         t_step = t_start + step * period
-        while pending[2].get("step") == step:
-            prod.produce(
-                f"{prefix}.raw.steps",
-                key=pending[1].encode(),
-                value=codec.encode("step_record", pending[2]),
-            )
-            pending = next(steps_iter)
+        pending, _, _ = publish_steps(prod, codec, prefix, steps_iter, pending, step)
         for r, b in enumerate(base):
             rec = dict(
                 b,
@@ -196,12 +162,7 @@ def load(ranks: int, minutes: float, events: int, profile: bool, split: int = 2)
             )
             v = codec.encode("kernel_batch", rec)
             bytes_k += len(v)
-            while True:
-                try:
-                    prod.produce(f"{prefix}.raw.kernels", key=f"{run.job}/{r}".encode(), value=v)
-                    break
-                except BufferError:
-                    prod.poll(0.05)
+            produce(prod, f"{prefix}.raw.kernels", f"{run.job}/{r}".encode(), v)
             prod.poll(0)
         if step % 3 == 0:
             samples.append(

@@ -14,6 +14,11 @@ when one fails:
   warm-up: tables, caches and JIT-like lazy imports fill);
 * lag does not grow: mean lag over the last third <= max(2x the second third's, 1,000).
 
+Before its topics are deleted, the run writes ``--out`` (default ``soak.json`` in the run's
+log directory under ``/tmp``, printed at the end): every record of the alerts topic, the
+anomalies by ``level/kind``, the DLQ records by role and reason, the injected faults and the
+RSS/lag samples.
+
     make soak                                     # 30 min, 256 ranks
     .venv/bin/python bench/soak.py --minutes 30 --ranks 256
 """
@@ -21,29 +26,35 @@ when one fails:
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
-import tempfile
 import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _loadgen import (
+    PERIOD_S,
+    Stack,
+    load_producer,
+    metric,
+    produce,
+    publish_steps,
+    split_roles,
+    start_stack,
+)
 
-from argus.config import load_settings
-from argus.kafka.admin import create_topics, delete_prefixed
-from argus.kafka.local import LocalBroker
+from argus.kafka.admin import delete_prefixed
+from argus.replay import TimeRange, read_range
 from argus.sim.layout import Layout
 from argus.sim.model import Fault
 from argus.sim.scenarios import GroundTruth, Scenario
 from argus.sim.simulate import SimRun, simulate
-from argus.streams.local_run import Watcher, WorkerProcess
+from argus.streams.local_run import Watcher
+from argus.topics import topic_name
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "tests" / "pipeline"))
-from harness import SPLIT, free_port, metric
-
-PERIOD_S = 4.0  # 15 steps/min
 _POOL = 257  # distinct rank-windows of kernel events (prime: no alignment with 10-step blocks)
 
 
@@ -73,6 +84,43 @@ def _faults(lay: Layout, steps: int, period: int, length: int, seed: int) -> lis
     return out
 
 
+def _save(
+    out: Path,
+    st: Stack,
+    job: str,
+    meta: dict[str, Any],
+    alerts: list[dict[str, Any]],
+    dlq: list[dict[str, Any]],
+) -> Counter[str]:
+    """Write the run's record to ``out`` (JSON) while its topics still exist; returns the
+    anomalies by ``level/kind`` (read from the anomalies topic, every record of ``job``)."""
+    errors: list[str] = []
+    anomalies = read_range(
+        st.settings,
+        topic_name("anomalies", st.prefix),
+        TimeRange(0, 2**63 - 1),
+        job=job,
+        timeout_s=300,
+        errors=errors,
+    )
+    by_kind = Counter(f"{x['level']}/{x['kind']}" for x in anomalies)
+    doc = {
+        **meta,
+        "prefix": st.prefix,
+        "job": job,
+        "anomalies": {
+            "total": len(anomalies),
+            "undecodable": len(errors),
+            "by_level_kind": by_kind,
+        },
+        "dlq": Counter(f"{d.get('role')}: {d.get('reason')}" for d in dlq),
+        "alerts": alerts,
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=1, default=str))
+    return by_kind
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
@@ -86,6 +134,13 @@ def main() -> None:
     ap.add_argument("--rss-growth", type=float, default=0.20)
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="JSON record of the run: alerts, anomaly counts, faults, samples "
+        "(default: soak.json in the run's log directory under /tmp)",
+    )
+    ap.add_argument(
         "--split",
         type=int,
         choices=(2, 3),
@@ -94,29 +149,12 @@ def main() -> None:
     )
     a = ap.parse_args()
 
-    from confluent_kafka import Producer
-
     from argus.schemas import Codec
     from argus.streams import synth
 
-    s = load_settings()
-    broker_pid = LocalBroker(s).up().pid
-    prefix = f"soak{int(time.time())}"
-    create_topics(s, prefix=prefix, partitions=4)
-    tmp = Path(tempfile.mkdtemp())
-    env = {
-        "ARGUS_TOPIC_PREFIX": prefix,
-        "ARGUS_STREAMS__PRODUCER_LINGER_S": "0.01",  # batched sends, as measured
-        "ARGUS_STREAMS__INTERNAL_PARTITIONS": "4",
-        "ARGUS_STREAMS__FUNNEL_GRACE_S": "5",
-        "ARGUS_STREAMS__FUNNEL_IDLE_S": "10",
-    }
-    workers = [
-        WorkerProcess(
-            r, env=env, log_path=tmp / f"{'-'.join(r)}.log", metrics_port=free_port()
-        ).start()
-        for r in (SPLIT if a.split == 2 else (SPLIT[0], ("compressor",), ("l3",)))
-    ]
+    st = start_stack("soak", roles=split_roles(a.split))
+    s, prefix, workers = st.settings, st.prefix, st.workers
+    out = a.out or st.log_dir / "soak.json"
     lay = Layout.for_ranks(a.ranks)
     n_steps = int(a.minutes * 60 / PERIOD_S)
     faults = _faults(lay, n_steps, a.period, a.fault_steps, a.seed)
@@ -138,15 +176,11 @@ def main() -> None:
         for _ in range(_POOL)
     ]
     codec = Codec()
-    prod = Producer(
-        s.kafka_config(
-            **{"linger.ms": 20, "compression.type": "lz4", "queue.buffering.max.kbytes": 1048576}
-        )
-    )
+    prod = load_producer(s)
     watch = Watcher(s, ["alerts", "dlq"], prefix=prefix)
     pids = {" ".join(w.roles): w.proc.pid for w in workers if w.proc is not None}
-    if broker_pid:
-        pids["broker"] = broker_pid
+    if st.broker_pid:
+        pids["broker"] = st.broker_pid
     samples: list[dict[str, Any]] = []
     print(
         f"soak: {lay.world} ranks ({lay}), {n_steps} steps at 15/min ({a.minutes:.0f} min), "
@@ -157,19 +191,12 @@ def main() -> None:
     time.sleep(8)
     t_start = time.monotonic()
     pending: tuple[str, str, dict[str, Any]] | None = next(steps_iter)
+    alive: dict[str, bool] = {}
     try:
         for step in range(n_steps):
             t_step = t_start + step * PERIOD_S
-            w0, w1 = 2**63 - 1, 0  # the step's event-time span: the kernel window's too
-            while pending is not None and pending[2].get("step") == step:
-                w0 = min(w0, int(pending[2]["start_ns"]))
-                w1 = max(w1, int(pending[2]["end_ns"]))
-                prod.produce(
-                    f"{prefix}.raw.steps",
-                    key=pending[1].encode(),
-                    value=codec.encode("step_record", pending[2]),
-                )
-                pending = next(steps_iter, None)
+            # the step's event-time span is the kernel window's too
+            pending, w0, w1 = publish_steps(prod, codec, prefix, steps_iter, pending, step)
             picks = rng.integers(0, _POOL, lay.world)
             for r in range(lay.world):
                 rec = dict(
@@ -181,14 +208,7 @@ def main() -> None:
                     window_end_ns=w1,
                 )
                 v = codec.encode("kernel_batch", rec)
-                while True:
-                    try:
-                        prod.produce(
-                            f"{prefix}.raw.kernels", key=f"{run.job}/{r}".encode(), value=v
-                        )
-                        break
-                    except BufferError:
-                        prod.poll(0.05)
+                produce(prod, f"{prefix}.raw.kernels", f"{run.job}/{r}".encode(), v)
                 prod.poll(0)
             if step % int(30 / PERIOD_S) == 0:
                 smp = {
@@ -223,6 +243,21 @@ def main() -> None:
         for w in workers:
             w.stop()
         watch.close()
+        meta = {
+            "args": vars(a),
+            "layout": str(lay),
+            "steps": n_steps,
+            "faults": [
+                {"rank": f.ranks[0], "onset": f.onset, "steps": a.fault_steps} for f in faults
+            ],
+            "samples": samples,
+            "workers_alive": alive,
+        }
+        try:  # before the topics go: the last soak's alerts were lost with them
+            by_kind = _save(out, st, run.job, meta, watch.get("alerts"), watch.get("dlq"))
+        except Exception as exc:  # the topics are deleted whatever happened
+            by_kind = Counter()
+            print(f"could not write {out}: {type(exc).__name__}: {exc}")
         delete_prefixed(s, prefix)  # wire, re-key and changelog topics (GBs at this load)
     alerts = watch.get("alerts")
     ok = True
@@ -267,7 +302,8 @@ def main() -> None:
     )
     print(f"workers alive at the end: {alive}; DLQ records: {len(watch.get('dlq'))}")
     ok &= all(alive.values()) and not watch.get("dlq")
-    print(f"logs: {tmp}")
+    print("anomalies: " + (", ".join(f"{k} {n}" for k, n in sorted(by_kind.items())) or "none"))
+    print(f"logs: {st.log_dir}; alerts and anomaly counts: {out}")
     print("SOAK PASSED" if ok else "SOAK FAILED")
     sys.exit(0 if ok else 1)
 

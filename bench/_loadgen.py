@@ -1,0 +1,151 @@
+"""Shared setup of the pipeline benchmarks on the real local broker (``bench_pipeline.py``,
+``soak.py``): topics and workers on a fresh prefix, and the load generator's producer.
+
+* :func:`start_stack` - broker up, the prefix's topics, the workers (one process a role set);
+* :func:`load_producer` - the batched, lz4 producer of the simulated ranks;
+* :func:`publish_steps` - a step's step records (the simulator's, in step order);
+* :func:`produce` - one record, waiting while the producer's queue is full.
+
+Imported by path (``bench/`` is the scripts' own directory); ``SPLIT``, ``free_port`` and
+``metric`` come from ``tests/pipeline/harness.py``.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from argus.config import Settings, load_settings
+from argus.kafka.admin import create_topics
+from argus.kafka.local import LocalBroker
+from argus.schemas import Codec
+from argus.streams.local_run import WorkerProcess
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "tests" / "pipeline"))
+from harness import SPLIT, free_port, metric
+
+__all__ = [
+    "LOAD_ENV",
+    "PERIOD_S",
+    "SPLIT",
+    "Stack",
+    "free_port",
+    "load_producer",
+    "metric",
+    "produce",
+    "publish_steps",
+    "split_roles",
+    "start_stack",
+]
+
+PERIOD_S = 4.0  # 15 steps/min, the sustained-load rate
+LOAD_ENV = {  # the workers' settings under sustained load
+    "ARGUS_STREAMS__PRODUCER_LINGER_S": "0.01",  # batched sends, as measured
+    "ARGUS_STREAMS__INTERNAL_PARTITIONS": "4",
+    "ARGUS_STREAMS__FUNNEL_GRACE_S": "5",
+    "ARGUS_STREAMS__FUNNEL_IDLE_S": "10",
+}
+
+Step = tuple[str, str, dict[str, Any]]  # (record type, key, record) from argus.sim.simulate
+
+
+@dataclass
+class Stack:
+    """A run's broker, topic prefix and started workers.
+
+    Attributes
+    ----------
+    settings : Settings
+    prefix : str
+        ``<stem><unix seconds>``; delete with ``argus.kafka.admin.delete_prefixed``.
+    workers : list of WorkerProcess
+    broker_pid : int or None
+        The local broker's pid (None when it is not ours to see).
+    log_dir : Path
+        The workers' logs (a fresh temporary directory).
+    """
+
+    settings: Settings
+    prefix: str
+    workers: list[WorkerProcess]
+    broker_pid: int | None
+    log_dir: Path
+
+
+def split_roles(split: int) -> Sequence[tuple[str, ...]]:
+    """Role sets of the worker processes: 2 = steps | compressor+l3; 3 = steps | compressor | l3."""
+    return SPLIT if split == 2 else (SPLIT[0], ("compressor",), ("l3",))
+
+
+def start_stack(
+    stem: str,
+    *,
+    partitions: int = 4,
+    env: Mapping[str, str] = LOAD_ENV,
+    roles: Sequence[tuple[str, ...]] = SPLIT,
+) -> Stack:
+    """Broker up (the local one), the prefix's topics with ``partitions`` partitions, and one
+    started worker a role set of ``roles`` with ``env`` (plus ``ARGUS_TOPIC_PREFIX``)."""
+    s = load_settings()
+    broker_pid = LocalBroker(s).up().pid
+    prefix = f"{stem}{int(time.time())}"
+    create_topics(s, prefix=prefix, partitions=partitions)
+    tmp = Path(tempfile.mkdtemp())
+    workers = [
+        WorkerProcess(
+            r,
+            env={"ARGUS_TOPIC_PREFIX": prefix, **env},
+            log_path=tmp / f"{'-'.join(r)}.log",
+            metrics_port=free_port(),
+        ).start()
+        for r in roles
+    ]
+    return Stack(s, prefix, workers, broker_pid, tmp)
+
+
+def load_producer(s: Settings) -> Any:
+    """The load generator's ``confluent_kafka.Producer``: 20 ms linger, lz4, a 1 GiB queue."""
+    from confluent_kafka import Producer
+
+    return Producer(
+        s.kafka_config(
+            **{"linger.ms": 20, "compression.type": "lz4", "queue.buffering.max.kbytes": 1048576}
+        )
+    )
+
+
+def produce(prod: Any, topic: str, key: bytes, value: bytes) -> None:
+    """Produce one record; while the queue is full, serve delivery reports (50 ms) and retry."""
+    while True:
+        try:
+            prod.produce(topic, key=key, value=value)
+            return
+        except BufferError:
+            prod.poll(0.05)
+
+
+def publish_steps(
+    prod: Any, codec: Codec, prefix: str, steps: Iterator[Step], pending: Step | None, step: int
+) -> tuple[Step | None, int, int]:
+    """Produce the step records of ``step`` onto ``<prefix>.raw.steps``, starting with
+    ``pending`` (the first record not produced yet) and drawing from ``steps``.
+
+    Returns the next pending record (None when ``steps`` ended) and the step's event-time span
+    (earliest ``start_ns``, latest ``end_ns``; ``2**63 - 1, 0`` when the step had no record).
+    """
+    w0, w1 = 2**63 - 1, 0
+    while pending is not None and pending[2].get("step") == step:
+        w0 = min(w0, int(pending[2]["start_ns"]))
+        w1 = max(w1, int(pending[2]["end_ns"]))
+        prod.produce(
+            f"{prefix}.raw.steps",
+            key=pending[1].encode(),
+            value=codec.encode("step_record", pending[2]),
+        )
+        pending = next(steps, None)
+    return pending, w0, w1
