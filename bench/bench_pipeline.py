@@ -62,24 +62,26 @@ def latency(ranks: int, steps: int, rate: float) -> None:
             arrivals.setdefault(rec["id"], time.time())
 
     watch._on_record = on_record
-    time.sleep(8)  # workers join their groups
-    run = SimRun.make("compute-straggler", ranks=ranks, steps=steps, seed=11)
     published: dict[int, float] = {}
-    publish(
-        simulate(run),
-        s,
-        prefix=prefix,
-        step_rate=rate,
-        on_step=lambda st: published.__setitem__(st, time.time()),
-    )
-    watch.wait_for(
-        lambda _: metric(workers[0], "argus_windows_closed_total", role="steps") >= steps, 120
-    )
-    time.sleep(25)
-    for w in workers:
-        w.stop()
-    watch.close()
-    delete_prefixed(s, prefix)  # wire, re-key and changelog topics
+    try:
+        time.sleep(8)  # workers join their groups
+        run = SimRun.make("compute-straggler", ranks=ranks, steps=steps, seed=11)
+        publish(
+            simulate(run),
+            s,
+            prefix=prefix,
+            step_rate=rate,
+            on_step=lambda st: published.__setitem__(st, time.time()),
+        )
+        watch.wait_for(
+            lambda _: metric(workers[0], "argus_windows_closed_total", role="steps") >= steps, 120
+        )
+        time.sleep(25)
+    finally:  # a failed run leaves no worker or topic behind
+        for w in workers:
+            w.stop()
+        watch.close()
+        delete_prefixed(s, prefix)  # wire, re-key and changelog topics
     l2, l3 = [], []
     first: dict[tuple[str, int], float] = {}
     for rec in watch.get("anomalies"):
