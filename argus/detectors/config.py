@@ -165,6 +165,19 @@ class L3Config:
         population). 4 (ours).
     min_groups : int
         Group-vs-group comparison needs at least this many groups. 3 (ours).
+    group_alpha : float
+        Family-wise false-flag rate of one group-vs-group comparison (one scope group, one
+        (kernel, stream), one partition kind): a group is named only when it is slower by
+        ``min_rel_w1`` (``min_rel_w1_comm``) of the reference mean and the exact chance that
+        its ranks are that slow together (all of them, or all but one, among the scope's
+        slowest by mean slowdown) is at most ``group_alpha / G`` over the ``G`` groups
+        compared (``argus.detectors.l3.slow_together_p``). 0.01 (ours: replaces an IQR fence
+        over the group scores and a 3x intra-group-spread ratio that were not calibrated for
+        32 EP groups per (scope, kernel): the soak's healthy 1,024-rank workload gave
+        ~120 group findings per window and 8 group pages in 12 windows, now 17 findings in
+        12 windows and 0 pages (``bench/bench_l3_groups.py``); measured family-wise rate of
+        the test 0.4-0.65 %). Case 2 in the smallest scope: all 4 ranks of one of 4 EDP
+        groups in 16 ranks give ``p = 1/910 <= 0.01/4``.
     min_events : int
         A rank's (kernel, stream) is judged only with at least this many events in the
         window (summed cluster counts). 24 (ours: with 8-16 events per rank-window the KDE
@@ -186,6 +199,7 @@ class L3Config:
     pairwise_max: int = 64
     min_ranks: int = 4
     min_groups: int = 3
+    group_alpha: float = 0.01
     min_events: int = 24
     skip_stream_kinds: tuple[str, ...] = ("p2p",)
     match_stream: bool = True
@@ -194,6 +208,8 @@ class L3Config:
         _at_least(self, 0.0, "iqr_alpha", "min_rel_w1", "min_rel_w1_comm", "min_median_ratio")
         _positive(self, "n_probs", "pairwise_max", "min_events")
         _at_least(self, 2.0, "min_ranks", "min_groups")
+        if not 0.0 < self.group_alpha < 1.0:
+            raise DetectorConfigError(f"l3.group_alpha must be in (0, 1), got {self.group_alpha}")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -20,10 +20,15 @@ median score) that keep a healthy population of thousands from yielding its 0.7 
 outliers.
 
 :func:`compare_groups` compares **groups with each other** (paper case 2: one EDP group's
-collectives degrade together, so no rank stands out inside its own group): each group's
-reference is scored against the median of the group references, and named when it is far
-from the others relative to the spread *inside* groups (the block structure of the W1
-matrix).
+collectives degrade together, so no rank stands out inside its own group). A group is named
+when it is *slower* than the others (fail-slow: its reference's mean is above the reference of
+all groups by at least ``min_rel_w1`` of it) and when that is not chance among the ``G``
+groups compared: every rank of the scope is ranked by its mean slowdown against that
+reference, and the exact probability that the group's ranks would be that slow together if
+the ranks were dealt to groups at random (:func:`slow_together_p`: all members among the
+slowest, or all but one) must be at most ``group_alpha / G`` (Bonferroni over the groups).
+It holds whatever the duration distributions (modes, JIT spikes), so a comparison of many
+small groups no longer names the few whose median picked up a shared tail spike.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ __all__ = [
     "iqr_fence",
     "pairwise_w1",
     "score_ranks",
+    "slow_together_p",
     "w1_to",
 ]
 
@@ -225,7 +231,13 @@ class GroupComparison:
         (0, 0) when G > ``pairwise_max``.
     flagged : (G,) bool
     threshold : float
-        Effective score threshold, ns.
+        The effect-size gate ``min_rel_w1 * mean(reference)``, ns.
+    shifts : (G,) float64
+        ``mean(references[g]) - mean(reference)``: the group's slowdown, ns (> 0: slower).
+    p_values : (G,) float64
+        Chance that the group's ranks are this slow together by luck, each rank ranked by
+        its mean slowdown against ``reference`` (see :func:`slow_together_p`); 1.0 where not
+        computed (no group slower by the effect-size gate, or fewer than ``min_groups``).
     """
 
     labels: tuple[object, ...]
@@ -237,6 +249,58 @@ class GroupComparison:
     block: np.ndarray
     flagged: np.ndarray
     threshold: float
+    shifts: np.ndarray
+    p_values: np.ndarray
+
+
+def slow_together_p(shift: npt.ArrayLike, group: npt.ArrayLike, n_groups: int) -> np.ndarray:
+    """Per group, the chance that its ranks are this slow together by luck of the draw.
+
+    Parameters
+    ----------
+    shift : (R,) float
+        Each rank's slowdown against the scope reference, ns (larger: slower).
+    group : (R,) int
+        Group index (0..G-1) of each rank.
+    n_groups : int
+        G.
+
+    Returns
+    -------
+    (G,) float64
+        ``min(1, 2 * min(p_n, p_{n-1}))`` for a group of ``n >= 2`` ranks, where ``p_j`` is
+        the probability that at least ``j`` of ``n`` ranks drawn at random without
+        replacement from the ``R`` rank among the ``k_j`` slowest, ``k_j`` being the number
+        of ranks at least as slow as the group's ``j``-th slowest member (hypergeometric
+        tail; ``p_n = C(k_n, n) / C(R, n)``). ``j = n``: all members are slow (a slow link
+        or node); ``j = n - 1``: all but one (the late rank its peers wait for in a
+        collective); the factor 2 is Bonferroni over the two. ``k_1 / R`` for a group of one
+        rank, 1.0 for an empty group. Exact for exchangeable ranks (no group effect),
+        whatever the distribution of ``shift``.
+
+    Examples
+    --------
+    >>> slow_together_p([5.0, 6.0, 0.0, 1.0, 0.5, 0.2], [0, 0, 1, 1, 2, 2], 3).round(3).tolist()
+    [0.133, 1.0, 1.0]
+    """
+    from scipy.stats import hypergeom
+
+    s = np.asarray(shift, dtype=np.float64)
+    gi = np.asarray(group, dtype=np.int64)
+    r = s.size
+    n = np.bincount(gi, minlength=n_groups)
+    o = np.lexsort((s, gi))  # by group, fastest first
+    start = np.searchsorted(gi[o], np.arange(n_groups))
+    srt = np.sort(s)
+    p = np.ones(n_groups)
+    for j_back in (0, 1):  # the fastest member (j = n), the second fastest (j = n - 1)
+        has = n > j_back
+        at = s[o[start[has] + j_back]]
+        k = r - np.searchsorted(srt, at, side="left")  # ranks at least that slow
+        j = n[has] - j_back
+        pj = hypergeom.sf(j - 1, r, k, n[has])
+        p[has] = np.minimum(p[has], np.where(n[has] >= 2, 2.0 * pj, pj))
+    return np.minimum(p, 1.0)
 
 
 def compare_groups(
@@ -245,7 +309,6 @@ def compare_groups(
     cfg: L3Config | None = None,
     *,
     weights: npt.ArrayLike | None = None,
-    block_ratio: float = 3.0,
 ) -> GroupComparison:
     """Compare groups of ranks with each other (paper case 2).
 
@@ -257,9 +320,6 @@ def compare_groups(
         Group label of each row (e.g. the EDP group id).
     cfg : L3Config
     weights : (M,) array, optional
-    block_ratio : float
-        A group is named only when its distance to the others is at least this many times
-        the typical spread inside groups (median of ``within``). 3.0 (ours).
 
     Returns
     -------
@@ -268,10 +328,12 @@ def compare_groups(
 
     Notes
     -----
-    A group is flagged when ``score >= min_rel_w1 * mean(reference)``,
-    ``score >= min_median_ratio * median(scores)``, ``score >= block_ratio * median(within)``,
-    and, with at least 8 groups, ``score`` is past the IQR fence of the group scores (with
-    fewer groups quartiles are too coarse to fence on).
+    A group is flagged when it is slower, ``shift >= min_rel_w1 * mean(reference)``, and
+    ``p_value <= group_alpha / G``: ranking every rank by ``mean(Q_r - reference)`` (ns),
+    its members are among the scope's slowest (all of them, or all but one) beyond what a
+    random deal of the ranks to the G groups gives. With no group effect a comparison then
+    flags some group with probability at most ``group_alpha``, whatever the number of
+    groups or the shape of the duration distributions.
     """
     cfg = cfg or L3Config()
     a = _validate_q(q)
@@ -320,28 +382,26 @@ def compare_groups(
             np.zeros((0, 0)),
             np.zeros(0, bool),
             np.nan,
+            empty,
+            empty,
         )
     ref = np.median(refs, axis=0)
     scores = np.abs(refs - ref) @ w
+    shifts = (refs - ref) @ w
     block = (
         np.abs(refs[:, None, :] - refs[None, :, :]) @ w
         if g <= cfg.pairwise_max
         else np.zeros((0, 0))
     )
-    flagged = np.zeros(g, dtype=bool)
     scale = float(ref @ w)
-    intra = float(np.nanmedian(within)) if np.isfinite(within).any() else 0.0
-    thr = max(
-        cfg.min_rel_w1 * abs(scale),
-        cfg.min_median_ratio * float(np.median(scores)),
-        block_ratio * intra,
-    )
-    if g >= cfg.min_groups:
-        flagged = scores >= thr
-        if g >= 8:
-            _, _, fence = iqr_fence(scores, cfg.iqr_alpha)
-            flagged &= scores > fence
-            thr = max(thr, fence)
+    thr = cfg.min_rel_w1 * abs(scale)
+    flagged = np.zeros(g, dtype=bool)
+    p_values = np.ones(g)
+    candidates = shifts >= thr
+    if g >= cfg.min_groups and candidates.any():
+        rows = a[order]
+        p_values = slow_together_p((rows - ref) @ w, gi[order], g)
+        flagged = candidates & (p_values <= cfg.group_alpha / g)
     return GroupComparison(
-        tuple(uniq), sizes, refs, ref, scores, within, block, flagged, float(thr)
+        tuple(uniq), sizes, refs, ref, scores, within, block, flagged, float(thr), shifts, p_values
     )

@@ -11,7 +11,9 @@ doing the same work, i.e. DP replicas at the same PP stage / TP rank / CP rank) 
   ``kernel_divergence`` findings naming ranks;
 * the scope group's ranks are partitioned by each **partition kind** (default ``edp`` and
   ``ep``) and the parts compared with each other (:func:`argus.detectors.l3.compare_groups`)
-  -> ``group_divergence`` findings naming a group (paper case 2).
+  -> ``group_divergence`` findings naming a group (paper case 2) when the group is slower
+  and its ranks (all, or all but one) are among the scope's slowest beyond chance over the
+  groups compared.
 """
 
 from __future__ import annotations
@@ -302,7 +304,10 @@ def detect_window(
     list of Finding
         ``kernel_divergence`` (ranks named; score = the worst named rank's W1, ns) and
         ``group_divergence`` (``ranks`` empty, the group in ``group_kind``/``group_id``;
-        evidence ``members`` lists its ranks). Ordered by scope group, then (kernel, stream).
+        score = W1 of its reference to the others', ns; threshold = the effect-size gate on
+        its slowdown, ns; evidence ``members`` lists its ranks, ``shift_ns`` its slowdown,
+        ``p_value`` the chance of its ranks being that slow together). Ordered by scope
+        group, then (kernel, stream).
     """
     from argus.streams.lognormal import default_probs, mixture_quantile_rows
 
@@ -437,6 +442,9 @@ def detect_window(
                             "block_ratio": f"{float(cmp.scores[gi]) / intra:.1f}"
                             if intra > 0
                             else "inf",
+                            "shift_ns": f"{float(cmp.shifts[gi]):.1f}",
+                            "p_value": f"{float(cmp.p_values[gi]):.3g}",
+                            "alpha_per_group": f"{kcfg.group_alpha / len(cmp.labels):.3g}",
                         },
                     )
                 )
