@@ -41,7 +41,7 @@ lint: ## ruff + mypy
 	$(BIN)/mypy
 
 soak: kafka-up ## 30 min at a sustained load with a fault every 6 min (SOAK_RANKS, SOAK_MINUTES)
-	$(BIN)/python bench/soak.py --ranks $${SOAK_RANKS:-256} --minutes $${SOAK_MINUTES:-30}
+	$(BIN)/python bench/soak.py --ranks $${SOAK_RANKS:-1024} --minutes $${SOAK_MINUTES:-30}
 
 fuzz: ## hypothesis fuzzing of the codec and every agent input path, 10,000 cases per target
 	ARGUS_FUZZ_EXAMPLES=$${ARGUS_FUZZ_EXAMPLES:-10000} $(BIN)/pytest -q --timeout=1800 tests/fuzz --hypothesis-show-statistics --durations=0
