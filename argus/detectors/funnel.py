@@ -30,7 +30,6 @@ independent evidence ``1 - prod(1 - c_level)``; persistence ``p`` sharpens it to
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -496,7 +495,7 @@ class CulpritState:
     confidence: float
     active: bool  # a trigger was emitted and not resolved
     anomaly_ids: tuple[str, ...]
-    signature: str  # of the last emitted trigger
+    signature: str  # levels and severity the alert's triggers reached (:func:`_raise_to`)
     alert: Mapping[str, Any] = field(default_factory=dict)  # last trigger (for the resolve)
     groups: tuple[str, ...] = ()  # comparison groups of a compute straggler's ranks, else ()
 
@@ -759,7 +758,7 @@ def step(
             and not _explained_victim(c, straggling, groups)
             and (pers >= cfg.l3_only_persistence or not _l3_only(c))
         ):
-            new_sig = _signature(v)
+            new_sig = _raise_to(sig, v)
             if not active or new_sig != sig:
                 rec = v.to_alert("trigger")
                 rec["anomaly_ids"] = list(ids)
@@ -846,7 +845,20 @@ def _explained_victim(
     return any(_peers(_coords(gs), s, groups) for gs in groups_of_rank.values() for s in straggling)
 
 
-def _signature(v: Verdict) -> str:
-    c = v.culprit
-    blob = json.dumps([c.levels, _severity(v)], separators=(",", ":"))
-    return hashlib.blake2b(blob.encode(), digest_size=8).hexdigest()
+_SEVERITIES = ("warning", "error", "critical")
+
+
+def _raise_to(sig: str, v: Verdict) -> str:
+    """An alert's signature ``"L1+L2|error"`` raised to what verdict ``v`` adds: the union of
+    the levels and the higher severity.
+
+    An open alert re-triggers (same dedup key) only when this changes: a new level of
+    evidence or a higher severity. A level that comes and goes (an L3 block landing in some
+    windows and not others) or a severity that falls back does not repeat the alert. A
+    signature of another form (state from an older version) counts as empty.
+    """
+    levels, _, sev = sig.partition("|")
+    old = set(levels.split("+")) - {""} if sev in _SEVERITIES else set()
+    rank = _SEVERITIES.index(sev) if sev in _SEVERITIES else -1
+    new_levels = "+".join(sorted(old | set(v.culprit.levels)))
+    return f"{new_levels}|{_SEVERITIES[max(rank, _SEVERITIES.index(_severity(v)))]}"

@@ -178,6 +178,20 @@ def test_retrigger_only_when_levels_or_severity_change() -> None:
     assert actions == ["trigger"]
 
 
+def test_retrigger_only_when_the_alert_escalates_not_when_a_level_comes_and_goes() -> None:
+    # soak run 4: a straggler's alert re-triggered as a stale L3 block joined it in one
+    # window and not the next (L1+L2 -> L1+L2+L3 -> L1+L2 -> L1+L2+L3)
+    st = funnel.FunnelState()
+    sent = []
+    for w in range(4):
+        win = (w * 10, w * 10 + 9)
+        fs = [l2((5,), w=win, z=40.0)] + ([l3((5,), w=win)] if w % 2 else [])
+        st, out = funnel.step(st, fs)
+        sent += [(a["action"], a["levels"]) for a in out.alerts]
+    assert sent == [("trigger", ["L2"]), ("trigger", ["L2", "L3"])]
+    assert st.culprits[next(iter(st.culprits))].signature == "L2+L3|critical"
+
+
 def test_l3_only_culprit_pages_from_its_third_consecutive_window() -> None:
     s = funnel.FunnelState()
     for k in range(2):
