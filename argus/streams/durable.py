@@ -23,7 +23,9 @@ nothing a committed input caused can be lost. State may run ahead of the committ
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+import logging
+import time
+from collections.abc import Awaitable, Sequence
 from typing import Any
 
 import faust
@@ -34,7 +36,12 @@ from faust.types.tuples import FutureMessage
 
 __all__ = ["CoalescingTable", "DurableCommits", "install"]
 
+log = logging.getLogger("argus.streams")
+
 _DELETED = object()
+WARN_AFTER_S = 30.0
+"""A commit or flush still waiting for acknowledgements after this long is logged (warning),
+and again each time as long again passes: a stalled worker says what it waits for."""
 
 
 class CoalescingTable(Table):
@@ -117,17 +124,47 @@ class DurableCommits(Attachments):
         return [*outputs, *changelog]
 
     async def flush(self) -> None:
-        """Make everything written and sent so far durable now (used before alerts)."""
+        """Make everything written and sent so far durable now (used before alerts).
+
+        Raises the first failed record's error (the caller must not act as if durable)."""
         pending = await self._publish(*self._snapshot())
         if pending:
-            await asyncio.gather(*pending)
+            await _acknowledged(pending, "flush")
+            for f in pending:
+                exc = f.exception() if isinstance(f, asyncio.Future) and not f.cancelled() else None
+                if exc is not None:
+                    raise exc
 
     async def publish_for_tp_offset(self, tp: TP, offset: int) -> list[Awaitable[Any]]:
         # called by Consumer._handle_attached for each partition about to be committed,
-        # right after the offsets were chosen; faust awaits what we return
+        # right after the offsets were chosen; faust awaits what we return (and, like
+        # faust's own wait, ours does not raise: a failed record fails its producer)
         snap = self._snapshot()  # before any await: it covers everything the offsets do
         attached = await super().publish_for_tp_offset(tp, offset)
-        return [*attached, *await self._publish(*snap)]
+        pending = [*attached, *await self._publish(*snap)]
+        return [_acknowledged(pending, f"commit of {tp.topic}[{tp.partition}]@{offset}")]
+
+
+async def _acknowledged(pending: Sequence[Awaitable[Any]], what: str) -> None:
+    """Wait until every record of ``pending`` is acknowledged or failed; while it takes
+    longer than :data:`WARN_AFTER_S`, log how many are still out, each time that passes."""
+    futs = [asyncio.ensure_future(p) for p in pending]
+    t0 = time.monotonic()
+    left = futs
+    while left:
+        _, still = await asyncio.wait(left, timeout=WARN_AFTER_S)
+        left = list(still)
+        if left:
+            log.warning(
+                "%s: %d of %d records not acknowledged by the broker after %.0f s",
+                what,
+                len(left),
+                len(futs),
+                time.monotonic() - t0,
+            )
+    for f in futs:  # failures are the caller's (and faust's) to report: mark them seen
+        if not f.cancelled():
+            f.exception()
 
 
 def install(app: faust.App) -> DurableCommits:
