@@ -71,6 +71,7 @@ class Ctx:
     topics: dict[str, faust.TopicT] = field(default_factory=dict)
     internal: dict[str, faust.TopicT] = field(default_factory=dict)
     shared: dict[str, Any] = field(default_factory=dict)  # agents shared by several roles
+    sending: dict[int, tuple[str, float]] = field(default_factory=dict)  # task -> (topic, t0)
 
     def topic(self, suffix: str) -> str:
         return topic_name(suffix, self.settings.topic_prefix)
@@ -115,8 +116,16 @@ class Ctx:
 
     async def send(self, topic: faust.TopicT, key: bytes | None, value: bytes, **kw: Any) -> None:
         """Send a record while processing an event; the event's offset is committed only
-        once the record is acknowledged (:class:`.durable.DurableCommits`)."""
-        self.durable.track(await topic.send(key=key, value=value, **kw))
+        once the record is acknowledged (:class:`.durable.DurableCommits`).
+
+        While the producer has not taken it (its batch for the partition full), the send is
+        listed in ``sending``, which :func:`watch_sends` reports when it takes too long."""
+        task = id(asyncio.current_task())
+        self.sending[task] = (topic.get_topic_name(), time.monotonic())
+        try:
+            self.durable.track(await topic.send(key=key, value=value, **kw))
+        finally:
+            del self.sending[task]
 
     async def send_keyed(self, topic: faust.TopicT, key: str, value: Any) -> None:
         """Send a JSON value to an internal topic on the key's stable partition."""
@@ -179,6 +188,58 @@ def add_ticker(ctx: Ctx, topic: faust.TopicT, interval_s: float = 1.0) -> None:
         log.debug("tick %s -> partitions %s", name, sorted(parts))
         for p in sorted(parts):
             await topic.send(key=TICK_KEY, value=now, partition=p)
+
+
+def stall_warnings(
+    sending: Iterable[tuple[str, float]],
+    held: Iterable[tuple[str, int]],
+    held_since: dict[tuple[str, int], float],
+    now: float,
+    warn_after_s: float,
+) -> list[str]:
+    """Warnings for what silently stops an agent (pure; times in s, monotonic clock).
+
+    ``sending``: (topic, start) of each send the producer has not taken yet; ``held``:
+    (topic, partition) the consumer is not fetching now; ``held_since`` (updated in place)
+    remembers since when each was held. Either one at least ``warn_after_s`` old warns.
+    """
+    out = [
+        f"send to {topic} blocked for {now - t0:.0f} s: the producer has not taken the record"
+        for topic, t0 in sending
+        if now - t0 >= warn_after_s
+    ]
+    now_held = set(held)
+    for tp in [tp for tp in held_since if tp not in now_held]:
+        del held_since[tp]
+    for topic, part in sorted(now_held):
+        t0 = held_since.setdefault((topic, part), now)
+        if now - t0 >= warn_after_s:
+            out.append(
+                f"partition {topic}[{part}] not fetched for {now - t0:.0f} s (paused or buffer-full)"
+            )
+    return out
+
+
+def watch_sends(ctx: Ctx, *, warn_after_s: float = 10.0) -> None:
+    """Log :func:`stall_warnings` each ``warn_after_s``: sends the producer has not taken,
+    and assigned input partitions (table changelogs are paused by design) the consumer has
+    not fetched from (paused, or held back by faust's buffer flow control)."""
+    held_since: dict[tuple[str, int], float] = {}
+
+    @ctx.app.timer(interval=warn_after_s, name="watch-sends")
+    async def _watch() -> None:
+        cons = ctx.app.consumer
+        held: set[tuple[str, int]] = set()
+        if not (ctx.app.rebalancing or getattr(ctx.app, "in_recovery", False)):
+            for tp in set(getattr(cons, "_buffered_partitions", ())) | set(
+                getattr(cons, "_paused_partitions", ())
+            ):
+                if tp.topic not in ctx.app.tables.changelog_topics:
+                    held.add((tp.topic, tp.partition))
+        for msg in stall_warnings(
+            list(ctx.sending.values()), held, held_since, time.monotonic(), warn_after_s
+        ):
+            log.warning("%s", msg)
 
 
 def add_lag_gauge(ctx: Ctx, role: str, topics: Iterable[str], interval_s: float = 5.0) -> None:
@@ -270,6 +331,7 @@ def build_app(
         detectors=detectors,
         durable=install(app),
     )
+    watch_sends(ctx)
     for role in roles:
         _registrar(role)(ctx)
     return app, ctx
