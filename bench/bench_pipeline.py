@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 from _loadgen import (
+    LOAD_ENV,
     PERIOD_S,
     SPLIT,
     load_producer,
@@ -118,13 +119,18 @@ def _lag(workers: list[WorkerProcess], *roles: str) -> float:
     return sum(metric(w, "argus_consumer_lag", role=r) for w in workers for r in roles)
 
 
-def load(ranks: int, minutes: float, events: int, profile: bool, split: int = 2) -> None:
-    """R ranks at 15 steps/min, ``events`` kernel events per rank-step; lag must not grow."""
+def load(
+    ranks: int, minutes: float, events: int, profile: bool, split: int = 2, linger_s: float = 0.01
+) -> None:
+    """R ranks at 15 steps/min, ``events`` kernel events per rank-step; lag must not grow.
+
+    ``linger_s``: the workers' producer linger, s (0: the default, every record sent at once)."""
     from argus.schemas import Codec
     from argus.sim.layout import Layout
     from argus.streams import synth
 
-    st = start_stack("load", roles=split_roles(split))  # LOAD_ENV: 4 internal partitions, linger
+    env = {**LOAD_ENV, "ARGUS_STREAMS__PRODUCER_LINGER_S": str(linger_s)}  # 4 partitions
+    st = start_stack("load", roles=split_roles(split), env=env)
     s, prefix, workers, broker_pid = st.settings, st.prefix, st.workers, st.broker_pid
     tmp = st.log_dir
     lay = Layout.for_ranks(ranks)
@@ -253,9 +259,15 @@ def main() -> None:
         default=2,
         help="worker processes (--load): 2 = steps | compressor+l3; 3 = steps | compressor | l3",
     )
+    ap.add_argument(
+        "--linger",
+        type=float,
+        default=0.01,
+        help="workers' producer linger, s (--load; 0 = the pipeline's default)",
+    )
     args = ap.parse_args()
     if args.load:
-        load(args.ranks, args.minutes, args.events, args.profile, args.split)
+        load(args.ranks, args.minutes, args.events, args.profile, args.split, args.linger)
     else:
         latency(args.ranks, args.steps, args.rate)
 
