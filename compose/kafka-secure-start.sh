@@ -82,6 +82,6 @@ for user in $USERS; do
     scram+=(--add-scram "SCRAM-SHA-512=[name=$user,password=$(password "$user")]")
 done
 # --ignore-formatted: users are added on the first start only (a new volume)
-"$KAFKA_HOME/bin/kafka-storage.sh" format --ignore-formatted -t "${CLUSTER_ID:?}" \
+"$KAFKA_HOME/bin/kafka-storage.sh" format --ignore-formatted --cluster-id="${CLUSTER_ID:?}" \
     -c "$CONF/server.properties" "${scram[@]}"
 exec "$KAFKA_HOME/bin/kafka-server-start.sh" "$CONF/server.properties"

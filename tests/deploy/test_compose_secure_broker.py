@@ -8,7 +8,6 @@ the same Kafka classes from the cached jars. About 30 s; marked slow.
 
 from __future__ import annotations
 
-import base64
 import os
 import shutil
 import signal
@@ -16,7 +15,6 @@ import socket
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import resources
@@ -27,7 +25,7 @@ from confluent_kafka import KafkaError, Producer
 
 from argus.config import Settings, load_settings
 from argus.kafka.acls import USERS
-from argus.kafka.local import LocalBroker
+from argus.kafka.local import LocalBroker, _cluster_id
 from argus.kafka.security import KafkaAuthError, check_connection
 from argus.topics import topic_name
 
@@ -129,7 +127,7 @@ def compose_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Compose
         "INTERNAL_PORT": str(internal),
         "EXTERNAL_PORT": str(external),
         "CONTROLLER_PORT": str(_free_port()),
-        "CLUSTER_ID": base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="),
+        "CLUSTER_ID": "-" + _cluster_id()[1:],  # a leading '-' must not read as an option
     }
     log = (root / "broker.log").open("wb")
     proc = subprocess.Popen(
