@@ -118,8 +118,11 @@ def test_replay_subrange_and_summary_fallback(
     kafka: Settings, topic_prefix: str, tmp_path: Path
 ) -> None:
     """Raw kernels expired: replay uses the compressor's summaries; a range starting
-    mid-window is aligned to whole windows and matches diagnose on those steps."""
-    recs = _records()
+    mid-window is aligned to whole windows and matches diagnose on those steps.
+
+    64 ranks: at 32, the EDP groups hold 2 ranks of 8, too few for the L3 group test to
+    tell a slow link from chance within one window (docs/detectors.md, "Between groups")."""
+    recs = list(simulate("link-degradation", **{**SCENARIO, "ranks": 64}))  # type: ignore[arg-type]
     steps = [x for x in recs if x[0] == "raw.steps"]
     summ = [("summary.kernels", k, batch_summaries(r)) for s, k, r in recs if s == "raw.kernels"]
     publish(iter(steps + summ), kafka, prefix=topic_prefix)

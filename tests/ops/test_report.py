@@ -37,7 +37,8 @@ def _check_page(page: str) -> None:
     # the culprit: mlp in dp group pp0.tp1, ranks 7 and 15, highlighted in the heatmap
     assert "phase mlp in dp group pp0.tp1" in page
     assert re.search(r'font-weight="bold" fill="#c00">rank 7<', page)
-    assert "<td>7,15</td>" in page and "<td>mlp / swiglu_fwd_kernel</td>" in page
+    # its row: ranks, phase / strongest kernel divergence of theirs (any of the MLP's)
+    assert re.search(r"<td>7,15</td><td>mlp / [a-z0-9_]+</td>", page)
 
 
 def test_report_from_file(straggler_dir: Path, tmp_path: Path) -> None:
