@@ -78,7 +78,14 @@ def test_ddp_demo_straggler_mlp(prefixed: Settings, tmp_path: Path) -> None:
     assert med[2]["attention"] < 2.0 * att_others, med  # only the MLP is slowed
     # the fast ranks wait for the straggler inside the all-reduce
     assert statistics.median(med[r]["dp_allreduce"] for r in others) > med[2]["dp_allreduce"]
-    kern = consume(prefixed, topic_name("raw.kernels", prefixed.topic_prefix), world, timeout_s=10)
+    # every rank's kernel windows (one per 8 steps): reading only ``world`` records could stop
+    # at two windows each of ranks 0 and 1
+    kern = consume(
+        prefixed,
+        topic_name("raw.kernels", prefixed.topic_prefix),
+        world * (steps // 8),
+        timeout_s=10,
+    )
     assert {rec["rank"] for _, rec in kern} == set(range(world))
     jobs = consume(prefixed, topic_name("jobs", prefixed.topic_prefix), world + 1, timeout_s=10)
     assert b"demo-test" in {k for k, _ in jobs}
