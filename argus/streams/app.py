@@ -31,7 +31,7 @@ import faust
 
 from argus.config import Settings
 from argus.schemas import Codec
-from argus.streams import metrics
+from argus.streams import metrics, recovery_seek
 from argus.streams.durable import CoalescingTable, DurableCommits, install
 from argus.streams.pipeline_config import PipelineConfig
 from argus.topics import topic_name
@@ -220,25 +220,74 @@ def stall_warnings(
     return out
 
 
+def uncommitted_warnings(
+    inputs: Iterable[tuple[tuple[str, int], int | None, int | None]],
+    since: dict[tuple[str, int], tuple[int, float]],
+    now: float,
+    warn_after_s: float,
+) -> list[str]:
+    """Warnings for input partitions whose records were fetched but are not being processed
+    (pure; times in s, monotonic clock).
+
+    ``inputs``: ((topic, partition), fetch position, committed offset) of each assigned
+    input partition; ``since`` (updated in place) remembers since when each partition's
+    committed offset has stood still behind its position. One that stood still at least
+    ``warn_after_s`` warns: the agent took none of those records (or is stuck on one), so
+    nothing past them will be committed — the silent loss :mod:`.recovery_seek` prevents.
+    """
+    out: list[str] = []
+    behind = set()
+    for tp, pos, committed in inputs:
+        if pos is None or committed is None or pos <= committed:
+            continue
+        behind.add(tp)
+        c0, t0 = since.get(tp, (committed, now))
+        if c0 != committed:  # committing: moving on
+            c0, t0 = committed, now
+        since[tp] = (c0, t0)
+        if now - t0 >= warn_after_s:
+            out.append(
+                f"partition {tp[0]}[{tp[1]}] fetched to {pos} but committed at {committed} "
+                f"for {now - t0:.0f} s: {pos - committed} records fetched and not processed"
+            )
+    for tp in [tp for tp in since if tp not in behind]:
+        del since[tp]
+    return out
+
+
 def watch_sends(ctx: Ctx, *, warn_after_s: float = 10.0) -> None:
     """Log :func:`stall_warnings` each ``warn_after_s``: sends the producer has not taken,
     and assigned input partitions (table changelogs are paused by design) the consumer has
-    not fetched from (paused, or held back by faust's buffer flow control)."""
+    not fetched from (paused, or held back by faust's buffer flow control); and
+    :func:`uncommitted_warnings` for input partitions fetched but not committed for
+    3 x ``warn_after_s``."""
     held_since: dict[tuple[str, int], float] = {}
+    behind_since: dict[tuple[str, int], tuple[int, float]] = {}
 
     @ctx.app.timer(interval=warn_after_s, name="watch-sends")
     async def _watch() -> None:
         cons = ctx.app.consumer
         held: set[tuple[str, int]] = set()
+        inputs: list[tuple[tuple[str, int], int | None, int | None]] = []
         if not (ctx.app.rebalancing or getattr(ctx.app, "in_recovery", False)):
             for tp in set(getattr(cons, "_buffered_partitions", ())) | set(
                 getattr(cons, "_paused_partitions", ())
             ):
                 if tp.topic not in ctx.app.tables.changelog_topics:
                     held.add((tp.topic, tp.partition))
+            for tp in ctx.app.assignor.assigned_actives():
+                if tp.topic in ctx.app.tables.changelog_topics:
+                    continue
+                try:
+                    pos = await cons.position(tp)
+                except Exception:  # partition moving during a rebalance
+                    continue
+                committed = getattr(cons, "_committed_offset", {}).get(tp)  # faust's last commit
+                inputs.append(((tp.topic, tp.partition), pos, committed))
+        now = time.monotonic()
         for msg in stall_warnings(
-            list(ctx.sending.values()), held, held_since, time.monotonic(), warn_after_s
-        ):
+            list(ctx.sending.values()), held, held_since, now, warn_after_s
+        ) + uncommitted_warnings(inputs, behind_since, now, 3 * warn_after_s):
             log.warning("%s", msg)
 
 
@@ -331,6 +380,7 @@ def build_app(
         detectors=detectors,
         durable=install(app),
     )
+    recovery_seek.install(app)  # a faust 0.15 race that drops input after recovery
     watch_sends(ctx)
     for role in roles:
         _registrar(role)(ctx)
