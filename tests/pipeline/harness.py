@@ -7,6 +7,10 @@ import socket
 import urllib.request
 from pathlib import Path
 
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from argus.config import Settings
 from argus.streams.local_run import WorkerProcess
 
 FAST = {  # short windows so the tests run in seconds
@@ -60,3 +64,20 @@ def metric(w: WorkerProcess, name: str, **labels: str) -> float:
         if all(got.get(k) == v for k, v in labels.items()):
             total += float(m.group(2))
     return total
+
+
+def backlog(settings: Settings, group: str) -> dict[str, int]:
+    """Records not yet committed by consumer group ``group``, per topic it has committed
+    on: sum over its partitions of (high watermark - committed offset)."""
+    admin = AdminClient(settings.kafka_config())
+    fut = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group]
+    tps = [tp for tp in fut.result(timeout=15).topic_partitions if tp.offset >= 0]
+    c = Consumer(settings.kafka_config(**{"group.id": f"{group}-probe"}))
+    try:
+        out: dict[str, int] = {}
+        for tp in tps:
+            hi = c.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), timeout=10)[1]
+            out[tp.topic] = out.get(tp.topic, 0) + max(0, hi - tp.offset)
+        return out
+    finally:
+        c.close()

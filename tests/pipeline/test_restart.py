@@ -20,7 +20,7 @@ from argus.replay import TimeRange, replay
 from argus.sim.simulate import SimRun, publish, simulate
 from argus.streams.local_run import Watcher
 
-from .harness import SPLIT, metric, worker
+from .harness import SPLIT, backlog, metric, worker
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -70,6 +70,18 @@ def test_sigkill_mid_run_loses_and_duplicates_nothing(
             timeout_s=120,
         ), kernels_w.log_tail()
         watch.wait_for(lambda _: False, timeout_s=15)  # the funnel's last windows
+        # every input record was taken and committed: none stranded behind a dropped batch
+        inputs = {
+            f"{topic_prefix}-{'-'.join(sorted(steps_roles))}": f"{topic_prefix}.raw.steps",
+            f"{topic_prefix}-{'-'.join(sorted(kernel_roles))}": f"{topic_prefix}.raw.kernels",
+        }
+        left: dict[str, int] = {}
+
+        def drained(_: Watcher) -> bool:
+            left.update({t: backlog(kafka, g).get(t, -1) for g, t in inputs.items()})
+            return all(n == 0 for n in left.values())
+
+        assert watch.wait_for(drained, timeout_s=30, poll_s=2.0), (left, steps_w.log_tail())
     finally:
         steps_w.stop()
         kernels_w.stop()
