@@ -45,7 +45,7 @@ __all__ = [
 
 PERIOD_S = 4.0  # 15 steps/min, the sustained-load rate
 LOAD_ENV = {  # the workers' settings under sustained load
-    "ARGUS_STREAMS__PRODUCER_LINGER_S": "0.01",  # batched sends, as measured
+    "ARGUS_STREAMS__PRODUCER_LINGER_S": "0.01",  # batched sends (the default), as measured
     "ARGUS_STREAMS__INTERNAL_PARTITIONS": "4",
     "ARGUS_STREAMS__FUNNEL_GRACE_S": "5",
     "ARGUS_STREAMS__FUNNEL_IDLE_S": "10",

@@ -124,7 +124,7 @@ def load(
 ) -> None:
     """R ranks at 15 steps/min, ``events`` kernel events per rank-step; lag must not grow.
 
-    ``linger_s``: the workers' producer linger, s (0: the default, every record sent at once)."""
+    ``linger_s``: the workers' producer linger, s (0.01: the default; 0: every record sent at once)."""
     from argus.schemas import Codec
     from argus.sim.layout import Layout
     from argus.streams import synth
@@ -263,7 +263,7 @@ def main() -> None:
         "--linger",
         type=float,
         default=0.01,
-        help="workers' producer linger, s (--load; 0 = the pipeline's default)",
+        help="workers' producer linger, s (--load; 0.01 = the pipeline's default, 0 = send at once)",
     )
     args = ap.parse_args()
     if args.load:

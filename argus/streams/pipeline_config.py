@@ -50,13 +50,11 @@ class PipelineConfig:
     replication : int
         Replication factor of internal and changelog topics.
     producer_linger_s : float
-        How long the workers' producer waits to batch records into one request (s). 0 (send
-        at once). 0.01 carried 1,024 ranks for 30 minutes (at 1,024 ranks the steps worker
-        spent ~40% of its time in socket writes sending at once) and is crash-safe since
-        offsets commit only after what they caused was acknowledged
-        (:mod:`argus.streams.durable`), but with it the SIGKILL-restart test still stalls
-        now and then (a restarted worker stops closing windows; not diagnosed), so it is
-        off by default.
+        How long the workers' producer waits to batch records into one request (s); 0 sends
+        at once. 0.01 carried 1,024 ranks for 30 minutes (sending at once, the steps worker
+        spent ~40% of its time in socket writes at 1,024 ranks). Crash-safe: offsets commit
+        only after what they caused was acknowledged (:mod:`argus.streams.durable`), and a
+        restarted worker's recovery no longer drops input (:mod:`argus.streams.recovery_seek`).
     producer_batch_bytes : int
         Largest producer batch per partition (bytes). 512 KiB: below the broker's default
         ``message.max.bytes`` (1 MiB) with room for the request overhead.
@@ -108,7 +106,7 @@ class PipelineConfig:
     stack_window_s: float = 10.0
     metrics_port: int = 0
     replication: int = 1
-    producer_linger_s: float = 0.0
+    producer_linger_s: float = 0.01
     producer_batch_bytes: int = 1 << 19
     fetch_bytes: int = 8 << 20
     max_batch_events: int = 2_000_000
