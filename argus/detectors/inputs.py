@@ -276,17 +276,18 @@ def group_windows(
 
 
 def merge_group_windows(parts: Iterable[GroupWindow]) -> list[GroupWindow]:
-    """Join windows of the same comparison groups over disjoint steps into one per group.
+    """Join windows of the same comparison groups over disjoint cells into one per group.
 
-    The stream agent computes :func:`group_windows` once per closed step and joins the last
-    few steps' results, instead of rebuilding every group from all records at every step:
-    ``merge_group_windows(group_windows(a) + group_windows(b)) == group_windows(a + b)`` when
-    ``a`` and ``b`` hold different steps.
+    The stream agents compute :func:`group_windows` once per rank block and closed step and
+    join the blocks' and the last few steps' results, instead of rebuilding every group from
+    all records at every step: ``merge_group_windows(group_windows(a) + group_windows(b)) ==
+    group_windows(a + b)`` when ``a`` and ``b`` hold different steps or different ranks.
 
     Parameters
     ----------
     parts : iterable of GroupWindow
-        Of one job; a (group kind, group id) may appear once per step set.
+        Of one job; the parts of a (group kind, group id) cover disjoint (rank, step) cells
+        (each part covers its ranks x its steps).
 
     Returns
     -------
@@ -297,7 +298,7 @@ def merge_group_windows(parts: Iterable[GroupWindow]) -> list[GroupWindow]:
     Raises
     ------
     DetectorInputError
-        Parts of several jobs, or two parts of one group sharing a step.
+        Parts of several jobs, or two parts of one group covering the same (rank, step).
     """
     by_group: dict[tuple[str, str], list[GroupWindow]] = defaultdict(list)
     jobs = set()
@@ -312,20 +313,24 @@ def merge_group_windows(parts: Iterable[GroupWindow]) -> list[GroupWindow]:
         if len(ws) == 1:
             out.append(ws[0])
             continue
-        steps = np.concatenate([w.steps for w in ws])
-        if np.unique(steps).size != steps.size:
-            raise DetectorInputError(f"group {key[0]}/{key[1]}: parts share steps")
+        steps = np.unique(np.concatenate([w.steps for w in ws]))
         ranks = np.unique(np.concatenate([w.ranks for w in ws]))
         kind_of: dict[str, str] = {}
         for w in reversed(ws):  # the first part's kind wins, as in group_windows
             kind_of.update(zip(w.phases, w.stream_kinds, strict=True))
         names = tuple(sorted(kind_of))
-        steps.sort()
         d = np.full((ranks.size, steps.size, len(names)), np.nan)
         it = np.full((ranks.size, steps.size), np.nan)
+        covered = np.zeros((ranks.size, steps.size), dtype=bool)
         for w in ws:
             ri = np.searchsorted(ranks, w.ranks)
             si = np.searchsorted(steps, w.steps)
+            cells = np.ix_(ri, si)
+            if covered[cells].any():
+                raise DetectorInputError(
+                    f"group {key[0]}/{key[1]}: parts share steps of the same ranks"
+                )
+            covered[cells] = True
             pi = np.array([names.index(p) for p in w.phases], dtype=np.int64)
             d[np.ix_(ri, si, pi)] = w.durations_ns
             if w.iter_ns is not None:

@@ -78,15 +78,24 @@ async def _run(
 ) -> None:
     from argus.detectors.routing import Routing
     from argus.streams.agents.kernels import _L3
-    from argus.streams.agents.steps import _Steps, route_step
+    from argus.streams.agents.steps import _Blocks, _Steps, route_step
 
     st_impl = _Steps(ctx)  # type: ignore[arg-type]
     st_impl.levels.update({"l1", "l2"})
+    blocks = _Blocks(ctx, st_impl.levels)  # type: ignore[arg-type]
+    block_state: dict[str, Any] = {}
     state: dict[str, Any] = {}
     for rec in sorted(steps, key=lambda r: (r["job"], int(r["step"]), int(r["rank"]))):
-        for key, item in route_step(rec):
-            st = state.setdefault(key, st_impl.new(key))
-            await st_impl.add(key, st, item, 0.0)
+        for key, item in route_step(rec, ctx.pcfg.steps_block_ranks):
+            st = block_state.setdefault(key, blocks.new(key))
+            await blocks.add(key, st, item, 0.0)
+        while ctx.internal_msgs:  # the blocks' digests, on to the job tier
+            topic, job, msg = ctx.internal_msgs.pop(0)
+            if topic != "steps-by-job":
+                continue
+            st = state.setdefault(job, st_impl.new(job))
+            for digest in msg["items"]:
+                await st_impl.add(job, st, digest, 0.0)
     routing = Routing.from_config(ctx.detectors.routing)
     l3 = _L3(ctx, routing, ctx.table("l3-cells"))  # type: ignore[arg-type]
     l3_state: dict[str, Any] = {}

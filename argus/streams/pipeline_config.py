@@ -21,6 +21,11 @@ class PipelineConfig:
         Processing time a step window waits for missing ranks before it closes anyway (s).
         10 s: longer than a normal step's spread of arrival, short against the 5 s latency
         bar only when a rank is missing (which is then itself reported).
+    steps_block_ranks : int
+        Consecutive ranks per rank block of the steps roles (:mod:`argus.streams.step_digest`):
+        a job's step records spread over workers by block, and the per-job tier receives one
+        digest per block and step. 256: 64 records/s per block at 15 steps/min (a worker
+        takes ~475/s), 40 blocks for a 10,000-rank job.
     l2_window_steps : int
         Closed steps per L2 evaluation (sliding). 4: medians over 4 steps tame jitter while
         a straggler still shows within one step of onset.
@@ -95,6 +100,7 @@ class PipelineConfig:
     """
 
     step_grace_s: float = 10.0
+    steps_block_ranks: int = 256
     l2_window_steps: int = 4
     l3_grace_s: float = 20.0
     l3_windows: int = 10

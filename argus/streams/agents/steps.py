@@ -1,21 +1,25 @@
-"""L1 and L2 over ``argus.raw.steps``, keyed by job.
+"""L1 and L2 over ``argus.raw.steps``, in two tiers: per rank block, then per job.
 
-One router decodes each ``step_record`` (bad ones -> DLQ) and re-keys a slim copy by job.
-The window agent keeps each rank's step in a ``cells`` table (one small write per record)
-and a small per-job index of pending steps; a step closes when every rank of the job
-reported, or it timed out (:mod:`argus.streams.windows`). On close:
+One router decodes each ``step_record`` (bad ones -> DLQ) and re-keys a slim copy by its
+rank block, ``job|b<block>`` (:mod:`argus.streams.step_digest`: ``streams.steps_block_ranks``
+consecutive ranks), so one job's records spread over partitions and workers.
 
-* **L1** appends the step's iteration time (max over ranks) to the job's bounded history
-  and runs :func:`argus.detectors.l1.detect`; a timed-out step yields a ``missing_rank``
-  finding naming the ranks that never reported;
-* **L2** builds each closed step's comparison-group windows once
-  (:func:`argus.detectors.inputs.group_windows`, groups from each record's coords), joins the
-  last ``l2_window_steps`` steps' (:func:`argus.detectors.inputs.merge_group_windows`) and runs
+* **Per block** (:class:`_Blocks`): each rank's step goes to a ``cells`` table (one small
+  write per record) and a small per-block index of pending steps; a block's step closes when
+  all its ranks reported or it timed out (:mod:`argus.streams.windows`). The close builds
+  the block's partial L2 group windows (:func:`argus.detectors.inputs.group_windows`, groups
+  from each record's coords) and sends one digest per block and step to the job's key.
+* **Per job** (:class:`_Steps`): a step closes when every block's digest arrived or it timed
+  out. **L1** appends the step's iteration time (max over ranks) to the job's bounded history
+  and runs :func:`argus.detectors.l1.detect`; ranks that never reported (named by their
+  block, or a whole block without a digest) give a ``missing_rank`` finding. **L2** joins the
+  blocks' partial windows once per step and the last ``l2_window_steps`` steps'
+  (:func:`argus.detectors.inputs.merge_group_windows`), and runs
   :func:`argus.detectors.l2.detect` on each group.
 
-Both levels share the router and the agent when they run in one worker (``argus worker l1
-l2``); run alone, each has its own consumer group and computes only its level. Keying by
-job keeps a job's steps on one partition (one worker); see docs/pipeline.md for the limits.
+Both levels share the router and the agents when they run in one worker (``argus worker l1
+l2``); run alone, each has its own consumer group and computes only its level. See
+docs/pipeline.md for the limits.
 """
 
 from __future__ import annotations
@@ -37,12 +41,22 @@ from argus.detectors.routing import DIMS, Routing
 from argus.streams import metrics, windows
 from argus.streams.agents.common import emit_findings
 from argus.streams.app import Ctx, add_lag_gauge, route_batches, window_agent
+from argus.streams.pipeline_config import PipelineConfig
+from argus.streams.step_digest import (
+    block_key,
+    block_of,
+    block_size,
+    blocks_in,
+    window_from_json,
+    window_to_json,
+)
 from argus.streams.validate import checker
 
 __all__ = ["missing_finding", "register_l1", "register_l2", "route_step"]
 
 _HISTORY = 512  # steps of iteration time kept per job for L1
 _CACHED_JOBS = 64  # jobs whose per-step L2 group windows stay in memory
+_JOB_SKEW_STEPS = 64  # newer steps before the job tier gives up on a block's digest
 
 
 def _world(coords: Mapping[str, Any]) -> int:
@@ -86,28 +100,34 @@ def _collector_metrics(job: str, rec: dict[str, Any]) -> None:
         metrics.COLLECTOR_OVERHEAD.labels(job).set(float(c.get("overhead_ns", 0)) / it)
 
 
-class _Steps:
-    """The per-job window agent; ``levels`` is filled by the role registrations."""
+class _Blocks:
+    """Tier 1: the step windows of one rank block (key ``job|b<block>``).
 
-    def __init__(self, ctx: Ctx) -> None:
+    Every record of the block's ranks is folded here; a step closes when all of the block's
+    ranks reported or it timed out (:mod:`argus.streams.windows`), and is sent on as one
+    digest (:mod:`argus.streams.step_digest`) to the job's tier.
+    """
+
+    def __init__(self, ctx: Ctx, levels: set[str]) -> None:
         self.ctx = ctx
-        self.levels: set[str] = set()
+        self.levels = levels  # shared with the job tier: filled by the role registrations
         self.routing = Routing.from_config(ctx.detectors.routing)
         self.grace = ctx.pcfg.step_grace_s
-        self.width = ctx.pcfg.l2_window_steps
+        self.block_ranks = ctx.pcfg.steps_block_ranks
         self.cells = ctx.table("steps-cells")
-        self.hist = ctx.table("steps-history")
-        self.progress = ctx.internal_topic("funnel-jobs")
-        # job -> step -> that step's L2 group windows: derived from ``cells``, so only a
-        # cache (rebuilt after a restart), for the most recently active jobs
-        self.step_windows: OrderedDict[str, dict[int, list[GroupWindow]]] = OrderedDict()
+        self.out = ctx.internal_topic("steps-by-job")
 
     def new(self, key: str) -> dict[str, Any]:
         return {"win": windows.new_state(), "agg": {}}
 
-    async def add(self, job: str, st: dict[str, Any], m: dict[str, Any], now: float) -> None:
+    async def add(self, key: str, st: dict[str, Any], m: dict[str, Any], now: float) -> None:
+        job, blk = _split(key)
         status, closed = windows.add(
-            st["win"], step=m["s"], rank=m["r"], expected=m["w"], now_s=now
+            st["win"],
+            step=m["s"],
+            rank=m["r"],
+            expected=block_size(m["w"], blk, self.block_ranks),
+            now_s=now,
         )
         if status == "new":
             if "l2" in self.levels:
@@ -115,9 +135,134 @@ class _Steps:
             agg = st["agg"].get(str(m["s"]))
             it = float(m["b"] - m["a"])
             st["agg"][str(m["s"])] = (
-                [it, m["a"], m["b"]]
+                [it, m["a"], m["b"], m["w"]]
                 if agg is None
-                else [max(agg[0], it), min(agg[1], m["a"]), max(agg[2], m["b"])]
+                else [
+                    max(agg[0], it),
+                    min(agg[1], m["a"]),
+                    max(agg[2], m["b"]),
+                    max(agg[3], m["w"]),
+                ]
+            )
+        else:
+            (metrics.DUPLICATES if status == "dup" else metrics.LATE).labels("steps").inc()
+        if closed:
+            await self.close(key, st, closed)
+
+    async def tick(self, key: str, st: dict[str, Any], now: float) -> bool:
+        closed = windows.expire(st["win"], now_s=now, grace_s=self.grace)
+        if closed:
+            await self.close(key, st, closed)
+        return bool(closed)
+
+    async def close(self, key: str, st: dict[str, Any], closed: list[windows.ClosedStep]) -> None:
+        job, blk = _split(key)
+        digests = []
+        for c in closed:
+            metrics.WINDOWS.labels("steps-block", "timeout" if c.timed_out else "complete").inc()
+            agg = st["agg"].pop(str(c.step), None)
+            if agg is None:
+                continue
+            world = int(agg[3])
+            first = blk * self.block_ranks
+            span = range(first, first + block_size(world, blk, self.block_ranks))
+            gw = None
+            if "l2" in self.levels:
+                recs = self._records(job, c.step, c.ranks)
+                gw = [window_to_json(w) for w in group_windows(recs, self.routing, job=job)]
+            digests.append(
+                {
+                    "s": c.step,
+                    "blk": blk,
+                    "agg": agg,
+                    "miss": sorted(set(span) - set(c.ranks)),
+                    "gw": gw,
+                }
+            )
+        if digests:
+            await self.ctx.send_keyed(self.out, job, {"items": digests, "t": time.time()})
+
+    def _records(self, job: str, step: int, ranks: tuple[int, ...]) -> list[dict[str, Any]]:
+        """The step records of one closed step, taken out of the ``cells`` table."""
+        records = []
+        for r in ranks:
+            key = f"{job}|{step}|{r}"
+            cell = self.cells.get(key)
+            if cell is None:
+                continue
+            del self.cells[key]
+            a, b, co, ph = cell
+            records.append(
+                {
+                    "job": job,
+                    "rank": r,
+                    "step": step,
+                    "start_ns": a,
+                    "end_ns": b,
+                    "coords": co,
+                    "phases": [
+                        {"name": n, "stream_kind": k, "duration_ns": d, "start_ns": a}
+                        for n, k, d in ph
+                    ],
+                }
+            )
+        return records
+
+
+def _split(key: str) -> tuple[str, int]:
+    """``job|b<block>`` -> (job, block)."""
+    job, _, blk = key.rpartition("|b")
+    return job, int(blk)
+
+
+class _Steps:
+    """Tier 2: the job's steps (key ``job``), from one digest per rank block and step.
+
+    A step closes when every block's digest arrived or it timed out: after twice the
+    blocks' grace (a block that timed out reports only after its own grace) and once the
+    job went quiet or :data:`_JOB_SKEW_STEPS` newer steps closed elsewhere (a block whose
+    worker restarts is waited for, not declared missing).
+    """
+
+    def __init__(self, ctx: Ctx) -> None:
+        self.ctx = ctx
+        self.levels: set[str] = set()
+        self.grace = 2 * ctx.pcfg.step_grace_s
+        self.width = ctx.pcfg.l2_window_steps
+        self.block_ranks = ctx.pcfg.steps_block_ranks
+        self.digests = ctx.table("steps-digests")
+        self.hist = ctx.table("steps-history")
+        self.progress = ctx.internal_topic("funnel-jobs")
+        # job -> step -> that step's L2 group windows: derived from ``digests``, so only a
+        # cache (rebuilt after a restart), for the most recently active jobs
+        self.step_windows: OrderedDict[str, dict[int, list[GroupWindow]]] = OrderedDict()
+
+    def new(self, key: str) -> dict[str, Any]:
+        return {"win": windows.new_state(), "agg": {}}
+
+    async def add(self, job: str, st: dict[str, Any], m: dict[str, Any], now: float) -> None:
+        it, a, b, world = m["agg"]
+        status, closed = windows.add(
+            st["win"],
+            step=m["s"],
+            rank=m["blk"],
+            expected=blocks_in(world, self.block_ranks),
+            now_s=now,
+        )
+        if status == "new":
+            if m.get("gw") is not None:
+                self.digests[f"{job}|{m['s']}|b{m['blk']}"] = m["gw"]
+            agg = st["agg"].get(str(m["s"]))
+            st["agg"][str(m["s"])] = (
+                [it, a, b, world, list(m["miss"])]
+                if agg is None
+                else [
+                    max(agg[0], it),
+                    min(agg[1], a),
+                    max(agg[2], b),
+                    max(agg[3], world),
+                    agg[4] + list(m["miss"]),
+                ]
             )
         else:
             (metrics.DUPLICATES if status == "dup" else metrics.LATE).labels("steps").inc()
@@ -125,7 +270,9 @@ class _Steps:
             await self.close(job, st, closed)
 
     async def tick(self, job: str, st: dict[str, Any], now: float) -> bool:
-        closed = windows.expire(st["win"], now_s=now, grace_s=self.grace)
+        closed = windows.expire(
+            st["win"], now_s=now, grace_s=self.grace, skew_steps=_JOB_SKEW_STEPS
+        )
         if closed:
             await self.close(job, st, closed)
         return bool(closed)
@@ -134,16 +281,23 @@ class _Steps:
         h = self.hist.get(job) or {"rows": [], "recent": [], "emitted": []}
         found: list[Finding] = []
         for c in closed:
-            metrics.WINDOWS.labels("steps", "timeout" if c.timed_out else "complete").inc()
             agg = st["agg"].pop(str(c.step), None)
             if agg is None:
                 continue
-            h["rows"].append([c.step, *agg])
-            h["recent"].append([c.step, list(c.ranks)])
-            if c.missing:
-                missing = sorted(set(range(c.expected)) - set(c.ranks))
+            it, a, b, world, miss = agg
+            got = set(c.ranks)  # blocks
+            for blk in range(blocks_in(world, self.block_ranks)):
+                if blk not in got:  # no digest at all: none of its ranks reported
+                    first = blk * self.block_ranks
+                    miss += range(first, first + block_size(world, blk, self.block_ranks))
+            missing = sorted(set(miss))
+            how = "timeout" if c.timed_out or missing else "complete"
+            metrics.WINDOWS.labels("steps", how).inc()
+            h["rows"].append([c.step, it, a, b])
+            h["recent"].append([c.step, sorted(got)])
+            if missing:
                 metrics.MISSING.labels("steps").inc(len(missing))
-                found.append(missing_finding(job, c.step, missing, c.expected, agg[1], agg[2]))
+                found.append(missing_finding(job, c.step, missing, int(world), a, b))
         if "l1" in self.levels:
             found += self._l1(job, h)
         if "l2" in self.levels:
@@ -169,20 +323,22 @@ class _Steps:
         self.step_windows.move_to_end(job)
         while len(self.step_windows) > _CACHED_JOBS:
             self.step_windows.popitem(last=False)
-        for step, ranks in h["recent"][: -self.width]:
+        for step, blocks in h["recent"][: -self.width]:
             cache.pop(step, None)
-            for r in ranks:
-                key = f"{job}|{step}|{r}"
-                if self.cells.get(key) is not None:
-                    del self.cells[key]
+            for blk in blocks:
+                key = f"{job}|{step}|b{blk}"
+                if self.digests.get(key) is not None:
+                    del self.digests[key]
         h["recent"] = h["recent"][-self.width :]
         t0 = time.perf_counter()
         parts: list[GroupWindow] = []
-        for step, ranks in h["recent"]:
+        for step, blocks in h["recent"]:
             cached = cache.get(step)
-            if cached is None:  # built once per step; again only after a restart
-                cached = cache[step] = group_windows(
-                    self._records(job, step, ranks), self.routing, job=job
+            if cached is None:  # joined once per step; again only after a restart
+                cached = cache[step] = merge_group_windows(
+                    window_from_json(job, g)
+                    for blk in blocks
+                    for g in self.digests.get(f"{job}|{step}|b{blk}") or ()
                 )
             parts += cached
         out: list[Finding] = []
@@ -191,35 +347,14 @@ class _Steps:
         metrics.DETECT_S.labels("L2").observe(time.perf_counter() - t0)
         return out
 
-    def _records(self, job: str, step: int, ranks: list[int]) -> list[dict[str, Any]]:
-        """The step records of one closed step, back from the ``cells`` table."""
-        records = []
-        for r in ranks:
-            cell = self.cells.get(f"{job}|{step}|{r}")
-            if cell is not None:
-                a, b, co, ph = cell
-                records.append(
-                    {
-                        "job": job,
-                        "rank": r,
-                        "step": step,
-                        "start_ns": a,
-                        "end_ns": b,
-                        "coords": co,
-                        "phases": [
-                            {"name": n, "stream_kind": k, "duration_ns": d, "start_ns": a}
-                            for n, k, d in ph
-                        ],
-                    }
-                )
-        return records
 
-
-def route_step(rec: Mapping[str, Any]) -> list[tuple[str, Any]]:
-    """The router's re-keyed item of one step record: ``[(job, slim record)]``."""
+def route_step(
+    rec: Mapping[str, Any], block_ranks: int = PipelineConfig.steps_block_ranks
+) -> list[tuple[str, Any]]:
+    """The router's re-keyed item of one step record: ``[(job|b<block>, slim record)]``."""
     return [
         (
-            rec["job"],
+            block_key(rec["job"], block_of(rec["rank"], block_ranks)),
             {
                 "r": rec["rank"],
                 "s": rec["step"],
@@ -241,18 +376,25 @@ def _register(ctx: Ctx, level: str) -> None:
     if impl is None:
         impl = ctx.shared["steps"] = _Steps(ctx)
         src = ctx.external("raw.steps")
-        jobs = ctx.internal_topic("steps-jobs")
+        by_block = ctx.internal_topic("steps-by-block")
+        blocks = _Blocks(ctx, impl.levels)
+        block_ranks = ctx.pcfg.steps_block_ranks
 
         async def route(event: faust.EventT) -> list[tuple[str, Any]]:
             rec = ctx.codec.decode_as("step_record", event.message.value)
             checker(ctx).step(rec, event.message.value)  # reason-coded InputError first
             validate_step_record(rec)
             _collector_metrics(rec["job"], rec)
-            return route_step(rec)
+            return route_step(rec, block_ranks)
 
-        route_batches(ctx, src, jobs, name="steps-router", role="steps", route=route)
-        window_agent(ctx, jobs, name="steps-windows", role="steps", impl=impl)
-        add_lag_gauge(ctx, "steps", [ctx.topic("raw.steps"), jobs.get_topic_name()])
+        route_batches(ctx, src, by_block, name="steps-router", role="steps", route=route)
+        window_agent(ctx, by_block, name="steps-blocks", role="steps", impl=blocks)
+        window_agent(ctx, blocks.out, name="steps-windows", role="steps", impl=impl)
+        add_lag_gauge(
+            ctx,
+            "steps",
+            [ctx.topic("raw.steps"), by_block.get_topic_name(), blocks.out.get_topic_name()],
+        )
     impl.levels.add(level)
 
 
