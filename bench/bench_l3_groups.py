@@ -7,7 +7,8 @@ of ``--block`` steps (the L3 block = one funnel window) goes through
 :func:`argus.detectors.l3_window.detect_window` for the whole job and then
 :func:`argus.detectors.funnel.step`. Reports ``group_divergence`` findings per block, the
 (group, kernel) pairs flagged in >= 3 consecutive blocks, and the funnel's group-level
-triggers (what paged in the soak).
+triggers (what paged in the soak), and the ``kernel_divergence`` findings (ranks named) per
+block: the per-rank comparison's false findings (issue 9 follow-up, ``l3.rank_alpha``).
 
     .venv/bin/python bench/bench_l3_groups.py --ranks 1024 --blocks 12
 """
@@ -95,7 +96,10 @@ def run(
         "by_kind": Counter(f.group_kind for g in groups for f in g),
         "kernels": Counter(f.kernel for g in groups for f in g),
         "persist3": sorted(persist, key=str),
-        "rank_findings": sum(len(fs) - len(g) for fs, g in zip(per_block, groups, strict=True)),
+        "rank_findings": [len(fs) - len(g) for fs, g in zip(per_block, groups, strict=True)],
+        "rank_named": [
+            sum(len(f.ranks) for f in fs if f.kind == "kernel_divergence") for fs in per_block
+        ],
         "group_triggers": [a for a in triggers if not a.get("ranks")],
         "triggers": len(triggers),
         "detect_s": t_detect / max(n_blocks, 1),
@@ -125,7 +129,12 @@ def main() -> None:
     print(f"  (group, kernel) flagged in 3 consecutive blocks: {len(res['persist3'])}")
     for k in res["persist3"][:10]:
         print(f"    {k}")
-    print(f"  kernel_divergence findings (ranks named): {res['rank_findings']}")
+    rf = res["rank_findings"]
+    print(
+        f"  kernel_divergence findings per block: {rf} (total {sum(rf)}, "
+        f"{sum(rf) / max(len(rf), 1):.1f} per block); (rank, kernel) pairs named per block: "
+        f"{res['rank_named']}"
+    )
     print(
         f"  funnel triggers: {res['triggers']}, of them group-level (no rank named): "
         f"{len(res['group_triggers'])}"

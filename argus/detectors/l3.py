@@ -14,10 +14,11 @@ function ``Q_ref(p) = median_r Q_r(p)``, in ``O(R * M)``:
 and scales to thousands of ranks. The full pairwise matrix is still computed for groups up
 to ``pairwise_max`` ranks (for display, as in the paper's figures).
 
-Outliers: ``score > Q3 + alpha * (Q3 - Q1)`` (IQR fence over the ranks' scores) and two
-effect-size gates (``min_rel_w1`` of the reference mean, ``min_median_ratio`` times the
-median score) that keep a healthy population of thousands from yielding its 0.7 % Tukey
-outliers.
+Outliers: a rank is named when its score is beyond chance among the ``n`` (rank, kernel)
+tests of its comparison (:func:`exceedance_p`: an exponential upper tail fitted to the
+scores above the median, ``p <= rank_alpha / n``, Bonferroni), past the IQR fence
+``Q3 + alpha * (Q3 - Q1)``, and past two effect-size gates (``min_rel_w1`` of the reference
+mean, ``min_median_ratio`` times the median score).
 
 :func:`compare_groups` compares **groups with each other** (paper case 2: one EDP group's
 collectives degrade together, so no rank stands out inside its own group). A group is named
@@ -34,7 +35,7 @@ small groups no longer names the few whose median picked up a shared tail spike.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -46,6 +47,7 @@ __all__ = [
     "GroupComparison",
     "RankScores",
     "compare_groups",
+    "exceedance_p",
     "iqr_fence",
     "pairwise_w1",
     "score_ranks",
@@ -101,6 +103,73 @@ def iqr_fence(scores: npt.ArrayLike, alpha: float = 1.5) -> tuple[float, float, 
     return float(q1), float(q3), float(q3 + alpha * (q3 - q1))
 
 
+def exceedance_p(scores: npt.ArrayLike) -> np.ndarray:
+    """Per rank, the chance of a score this far above the median among healthy ranks.
+
+    Parameters
+    ----------
+    scores : (R,) array of float
+        W1 of each rank to the reference, ns; NaN entries are left out (p = 1).
+
+    Returns
+    -------
+    (R,) float64
+        ``p_r = 1/2 * (1 - e_r / E) ** m`` for a rank of the upper half ``H`` (``s >= median``),
+        1.0 below the median; ``e_r = s_r - median`` (ns), ``E`` the sum of the excesses of
+        ``H`` (ns), ``m = |H| - 1``. With ``E = 0`` (no spread) ``H`` gets 1/2.
+
+    Notes
+    -----
+    The excesses over the median are modelled as exponential with an unknown mean (a tail no
+    lighter than a half-normal's, the usual healthy W1 spread, is covered); the ``1/2`` is the
+    chance of lying above the median. ``e_r / mean(e_j, j in H, j != r)`` is then
+    ``F(2, 2m)``-distributed, whose tail ``(1 + e_r / (E - e_r)) ** -m`` is the formula: the
+    p-value depends only on the share ``f = e_r / E`` of the upper half's total excess the
+    rank holds, and accounts for the mean excess being estimated from ``m`` other ranks
+    (small groups need larger shares). ``p <= a`` when ``f >= 1 - (2 a) ** (1 / m)``.
+
+    Examples
+    --------
+    >>> exceedance_p([0.0, 1.0, 2.0, 3.0, 10.0]).round(5).tolist()
+    [1.0, 1.0, 0.5, 0.39506, 0.00617]
+    """
+    s = np.asarray(scores, dtype=np.float64)
+    p = np.ones(s.shape)
+    ok = np.isfinite(s)
+    if not ok.any():
+        return p
+    u = float(np.median(s[ok]))
+    upper = ok.copy()
+    upper[ok] = s[ok] >= u
+    e = s[upper] - u
+    total = float(e.sum())
+    m = int(upper.sum()) - 1
+    p[upper] = 0.5 * np.clip(1.0 - e / total, 0.0, 1.0) ** m if total > 0 else 0.5
+    return p
+
+
+def _tail_gate(scores: npt.ArrayLike, level: float) -> float:
+    """The score (ns) at which the highest rank's :func:`exceedance_p` reaches ``level``.
+
+    ``u + (E - e_max) * (1 - c) / c`` with ``c = (2 level) ** (1 / m)``: the others' excess
+    fixed; inf when no score can reach it (fewer than 2 ranks in the upper half).
+    """
+    s = np.asarray(scores, dtype=np.float64)
+    s = s[np.isfinite(s)]
+    if s.size == 0:
+        return np.inf
+    u = float(np.median(s))
+    e = s[s >= u] - u
+    rest = float(e.sum() - e.max())  # the excess of the others, for the highest rank
+    m = e.size - 1
+    if level >= 0.5:
+        return u
+    if m < 1:
+        return np.inf
+    c = (2.0 * level) ** (1.0 / m)
+    return u + rest * (1.0 - c) / c
+
+
 @dataclass(frozen=True)
 class RankScores:
     """L3 within one group for one (kernel, stream) window.
@@ -117,10 +186,18 @@ class RankScores:
     scale : float
         Mean of the reference (its mean duration), Q's unit: the ``min_rel_w1`` yardstick.
     flagged : (R,) bool
-        Ranks past the fence and both effect-size gates.
+        Ranks past the chance test, the fence and both effect-size gates.
     pairwise : (R, R) float64 or None
         Full W1 matrix when R <= ``pairwise_max``.
     n_valid : int
+    rel_gate, med_gate : float
+        ``min_rel_w1 * |scale|`` and ``min_median_ratio * median_score``, ns.
+    p_values : (R,) float64
+        :func:`exceedance_p` of the scores (1.0 for NaN rows).
+    n_tests : int
+        The number of (rank, kernel) tests the chance test was calibrated for.
+    tail_gate : float
+        The score at which ``p_values`` reaches ``rank_alpha / n_tests``, ns (inf: never).
     """
 
     scores: np.ndarray
@@ -136,11 +213,14 @@ class RankScores:
 
     @property
     def threshold(self) -> float:
-        """The effective score threshold: the largest of the fence and both gates."""
-        return float(np.nanmax([self.fence, self.rel_gate, self.med_gate]))
+        """The effective score threshold: the largest of the fence and the three gates, ns."""
+        return float(np.nanmax([self.fence, self.rel_gate, self.med_gate, self.tail_gate]))
 
     rel_gate: float = 0.0
     med_gate: float = 0.0
+    p_values: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    n_tests: int = 0
+    tail_gate: float = 0.0
 
 
 def score_ranks(
@@ -149,6 +229,7 @@ def score_ranks(
     *,
     weights: npt.ArrayLike | None = None,
     pairwise: bool | None = None,
+    n_tests: int | None = None,
 ) -> RankScores:
     """Score each rank's quantile function against the group reference.
 
@@ -163,10 +244,21 @@ def score_ranks(
         mid-point grids ``(m + 0.5) / M``).
     pairwise : bool, optional
         Force (True) or skip (False) the full matrix; default: when R <= ``pairwise_max``.
+    n_tests : int, optional
+        The (rank, kernel) tests of the family this comparison belongs to (e.g. the valid
+        ranks summed over every kernel of the scope group in the window); default: the valid
+        ranks of ``q``. A rank is named only when ``exceedance_p <= rank_alpha / n_tests``.
 
     Returns
     -------
     RankScores
+
+    Notes
+    -----
+    Flagged: ``p_r <= rank_alpha / n_tests`` (:func:`exceedance_p`, Bonferroni over the
+    family: with no outlier a family names some rank with probability about ``rank_alpha``
+    when the upper half of the scores has an exponential or lighter tail), ``score > fence``,
+    ``score >= min_rel_w1 * |mean(Q_ref)|`` and ``score >= min_median_ratio * median``.
 
     Examples
     --------
@@ -185,9 +277,22 @@ def score_ranks(
     n = int(valid.sum())
     scores = np.full(r, np.nan)
     flagged = np.zeros(r, dtype=bool)
+    n_tests = max(int(n_tests if n_tests is not None else n), 1)
     if n == 0:
         return RankScores(
-            scores, np.full(m, np.nan), np.nan, np.nan, np.nan, np.nan, np.nan, flagged, None, 0
+            scores,
+            np.full(m, np.nan),
+            np.nan,
+            np.nan,
+            np.nan,
+            np.nan,
+            np.nan,
+            flagged,
+            None,
+            0,
+            p_values=np.ones(r),
+            n_tests=n_tests,
+            tail_gate=np.inf,
         )
     ref = np.median(a[valid], axis=0)
     w = _weights(m, weights)
@@ -197,15 +302,40 @@ def score_ranks(
     scale = float(ref @ w)
     rel_gate = cfg.min_rel_w1 * abs(scale)
     med_gate = cfg.min_median_ratio * med
+    level = cfg.rank_alpha / n_tests
+    p_values = exceedance_p(scores)
+    tail_gate = _tail_gate(scores, level)
     if n >= cfg.min_ranks:
         with np.errstate(invalid="ignore"):
-            flagged = valid & (scores > fence) & (scores >= rel_gate) & (scores >= med_gate)
+            flagged = (
+                valid
+                & (p_values <= level)
+                & (scores > fence)
+                & (scores >= rel_gate)
+                & (scores >= med_gate)
+            )
     pw = None
     if pairwise or (pairwise is None and r <= cfg.pairwise_max):
         pw = np.full((r, r), np.nan)
         idx = np.flatnonzero(valid)
         pw[np.ix_(idx, idx)] = pairwise_w1(a[valid], w)
-    return RankScores(scores, ref, q1, q3, fence, med, scale, flagged, pw, n, rel_gate, med_gate)
+    return RankScores(
+        scores,
+        ref,
+        q1,
+        q3,
+        fence,
+        med,
+        scale,
+        flagged,
+        pw,
+        n,
+        rel_gate,
+        med_gate,
+        p_values=p_values,
+        n_tests=n_tests,
+        tail_gate=tail_gate,
+    )
 
 
 @dataclass(frozen=True)

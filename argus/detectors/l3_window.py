@@ -8,7 +8,8 @@ doing the same work, i.e. DP replicas at the same PP stage / TP rank / CP rank) 
 :func:`argus.streams.lognormal.quantile_matrix` and
 
 * ranks are scored within the scope group (:func:`argus.detectors.l3.score_ranks`) ->
-  ``kernel_divergence`` findings naming ranks;
+  ``kernel_divergence`` findings naming ranks, each beyond chance among all the scope's
+  (rank, kernel) tests of the window (``l3.rank_alpha``);
 * the scope group's ranks are partitioned by each **partition kind** (default ``edp`` and
   ``ep``) and the parts compared with each other (:func:`argus.detectors.l3.compare_groups`)
   -> ``group_divergence`` findings naming a group (paper case 2) when the group is slower
@@ -302,7 +303,9 @@ def detect_window(
     Returns
     -------
     list of Finding
-        ``kernel_divergence`` (ranks named; score = the worst named rank's W1, ns) and
+        ``kernel_divergence`` (ranks named; score = the worst named rank's W1, ns;
+        evidence ``p_value`` its :func:`argus.detectors.l3.exceedance_p`,
+        ``alpha_per_test`` the level it passed: ``rank_alpha`` / the scope's tests) and
         ``group_divergence`` (``ranks`` empty, the group in ``group_kind``/``group_id``;
         score = W1 of its reference to the others', ns; threshold = the effect-size gate on
         its slowdown, ns; evidence ``members`` lists its ranks, ``shift_ns`` its slowdown,
@@ -341,16 +344,24 @@ def detect_window(
     )
     cell = p_scope * max(len(t.keys), 1) + p_key
     cuts = np.flatnonzero(np.r_[True, cell[1:] != cell[:-1], True]) if cell.size else [0]
-    out: list[Finding] = []
+    judged = []  # (start, end) of the (scope, kernel) cells judged, in order
     for a, b in itertools.pairwise(int(x) for x in cuts):
-        if b - a < 2:
+        key = t.keys[int(p_key[a])] if b > a else ("", 0)
+        if b - a < 2 or {
+            t.stream_kinds[i].get(key[1]) for i in p_rank[a : min(b, a + 8)].tolist()
+        } & set(cfg.skip_stream_kinds):
             continue
+        judged.append((a, b))
+    # the per-rank chance test's family: every (rank, kernel) test of a scope group
+    n_tests = Counter[int]()
+    for a, b in judged:
+        if b - a >= cfg.min_ranks:
+            n_tests[int(p_scope[a])] += b - a
+    out: list[Finding] = []
+    for a, b in judged:
         key = t.keys[int(p_key[a])]
         sid = scope_names[int(p_scope[a])]
         rows = p_rank[a:b]
-        kinds = {t.stream_kinds[i].get(key[1]) for i in rows[:8].tolist()}
-        if kinds & set(cfg.skip_stream_kinds):
-            continue
         idx = _ranges(p_start[a:b], p_len[a:b])
         q = mixture_quantile_rows(
             np.repeat(np.arange(b - a), p_len[a:b]),
@@ -364,7 +375,7 @@ def detect_window(
         stream = None if key[1] < 0 else int(key[1])
         comm = _is_comm(key, [t.stream_kinds[i] for i in rows[:8].tolist()])
         kcfg = replace(cfg, min_rel_w1=cfg.min_rel_w1_comm) if comm else cfg
-        res = score_ranks(q, kcfg)
+        res = score_ranks(q, kcfg, n_tests=n_tests[int(p_scope[a])])
         if res.flagged.any():
             named = np.flatnonzero(res.flagged)
             worst = named[np.nanargmax(res.scores[named])]
@@ -396,6 +407,8 @@ def detect_window(
                         ),
                         "fence_ns": f"{res.fence:.1f}",
                         "median_w1_ns": f"{res.median_score:.1f}",
+                        "p_value": f"{float(res.p_values[worst]):.3g}",
+                        "alpha_per_test": f"{kcfg.rank_alpha / res.n_tests:.3g}",
                         "n_ranks": str(res.n_valid),
                         "collective": str(comm).lower(),
                     },
