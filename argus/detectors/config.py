@@ -189,6 +189,13 @@ class L3Config:
         IQR fence alone was not calibrated for ~150 kernels x the scope's ranks; the soak's
         healthy 1,024-rank workload gave 122 ``kernel_divergence`` findings per window, now
         0.25 (``bench/bench_l3_groups.py``)).
+    rank_test_min_ranks : int
+        Smallest scope group (valid ranks of a kernel) the ``rank_alpha`` chance test applies
+        to; smaller ones keep the fence and the effect-size gates alone. 32 (ours): the false
+        findings the test removes come from large scopes (~150 kernels x 128 ranks of tests
+        per window), while in a small scope the test has no power left: two slow ranks of an
+        8-rank scope share the upper half's excess and neither reaches the >= 96 % it
+        requires (the 32-rank ``compute-straggler`` lost all its L3 findings).
     min_events : int
         A rank's (kernel, stream) is judged only with at least this many events in the
         window (summed cluster counts). 24 (ours: with 8-16 events per rank-window the KDE
@@ -212,6 +219,7 @@ class L3Config:
     min_groups: int = 3
     group_alpha: float = 0.01
     rank_alpha: float = 0.01
+    rank_test_min_ranks: int = 32
     min_events: int = 24
     skip_stream_kinds: tuple[str, ...] = ("p2p",)
     match_stream: bool = True
@@ -219,7 +227,7 @@ class L3Config:
     def __post_init__(self) -> None:
         _at_least(self, 0.0, "iqr_alpha", "min_rel_w1", "min_rel_w1_comm", "min_median_ratio")
         _positive(self, "n_probs", "pairwise_max", "min_events")
-        _at_least(self, 2.0, "min_ranks", "min_groups")
+        _at_least(self, 2.0, "min_ranks", "min_groups", "rank_test_min_ranks")
         if not 0.0 < self.group_alpha < 1.0:
             raise DetectorConfigError(f"l3.group_alpha must be in (0, 1), got {self.group_alpha}")
         if not 0.0 < self.rank_alpha < 1.0:

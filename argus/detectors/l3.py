@@ -255,7 +255,8 @@ def score_ranks(
 
     Notes
     -----
-    Flagged: ``p_r <= rank_alpha / n_tests`` (:func:`exceedance_p`, Bonferroni over the
+    Flagged: ``p_r <= rank_alpha / n_tests`` where ``R >= rank_test_min_ranks``
+    (:func:`exceedance_p`, Bonferroni over the
     family: with no outlier a family names some rank with probability about ``rank_alpha``
     when the upper half of the scores has an exponential or lighter tail), ``score > fence``,
     ``score >= min_rel_w1 * |mean(Q_ref)|`` and ``score >= min_median_ratio * median``.
@@ -304,12 +305,13 @@ def score_ranks(
     med_gate = cfg.min_median_ratio * med
     level = cfg.rank_alpha / n_tests
     p_values = exceedance_p(scores)
-    tail_gate = _tail_gate(scores, level)
+    chance = n >= cfg.rank_test_min_ranks  # the chance test has power here (L3Config)
+    tail_gate = _tail_gate(scores, level) if chance else 0.0
     if n >= cfg.min_ranks:
         with np.errstate(invalid="ignore"):
             flagged = (
                 valid
-                & (p_values <= level)
+                & ((p_values <= level) | (not chance))
                 & (scores > fence)
                 & (scores >= rel_gate)
                 & (scores >= med_gate)

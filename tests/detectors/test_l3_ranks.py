@@ -67,15 +67,20 @@ def test_more_tests_need_a_larger_share_of_the_excess() -> None:
     rng = np.random.default_rng(7)
     q = np.exp(np.log(1e6) + 0.3 * norm.ppf(P)) * np.exp(rng.normal(0, 0.02, (16, 1)))
     q[5] *= 1.25
-    assert l3.score_ranks(q).flagged[5]  # one comparison (16 tests)
-    assert not l3.score_ranks(q, n_tests=16 * 10**6).flagged.any()
+    cfg = L3Config(rank_test_min_ranks=16)  # the test applies to this 16-rank scope
+    assert l3.score_ranks(q, cfg).flagged[5]  # one comparison (16 tests)
+    assert not l3.score_ranks(q, cfg, n_tests=16 * 10**6).flagged.any()
+    # below rank_test_min_ranks the fence and the gates decide alone
+    assert l3.score_ranks(q, n_tests=16 * 10**6).flagged[5]
 
 
 def test_healthy_false_rate_is_at_most_rank_alpha() -> None:
     # 16-rank scopes, rank spread lognormal (a half-normal W1): families of 16 ranks x 10
     # kernels, rank_alpha 0.05 (the IQR fence alone, 3.0: ~0.4 % of healthy ranks, 10x more)
     rng = np.random.default_rng(11)
-    cfg = L3Config(rank_alpha=0.05, min_rel_w1=0.0, min_median_ratio=0.0, iqr_alpha=0.0)
+    cfg = L3Config(
+        rank_alpha=0.05, rank_test_min_ranks=16, min_rel_w1=0.0, min_median_ratio=0.0, iqr_alpha=0.0
+    )
     base = np.exp(np.log(1e6) + 0.3 * norm.ppf(P))
     trials, hits = 300, 0
     for _ in range(trials):

@@ -31,16 +31,14 @@ def _check_page(page: str) -> None:
     assert not re.findall(r"https?://(?!www\.w3\.org/2000/svg)", page)
     for section in ("iter", "heat", "w1", "cdf", "funnel"):
         assert f"id='{section}'" in page
-    # 3: no W1 heatmap, L3 names no kernel here (the two stragglers share an 8-rank dp scope
-    # and mask each other in the calibrated per-rank test, ``l3.rank_alpha``)
-    assert page.count("<svg") == 3 and "W1 matrix (ms): no flagged kernel" in page
+    assert page.count("<svg") == 4
     assert 'class="band"' in page  # the L1 window
     assert 'class="straggler"' in page and 'class="peer"' in page
     # the culprit: mlp in dp group pp0.tp1, ranks 7 and 15, highlighted in the heatmap
     assert "phase mlp in dp group pp0.tp1" in page
     assert re.search(r'font-weight="bold" fill="#c00">rank 7<', page)
-    # its row: ranks, phase (L1 + L2; no kernel divergence of theirs, see above)
-    assert "<td>7,15</td><td>mlp</td>" in page
+    # its row: ranks, phase / strongest kernel divergence of theirs (any of the MLP's)
+    assert re.search(r"<td>7,15</td><td>mlp / [a-z0-9_]+</td>", page)
 
 
 def test_report_from_file(straggler_dir: Path, tmp_path: Path) -> None:
