@@ -120,17 +120,26 @@ def _lag(workers: list[WorkerProcess], *roles: str) -> float:
 
 
 def load(
-    ranks: int, minutes: float, events: int, profile: bool, split: int = 2, linger_s: float = 0.01
+    ranks: int,
+    minutes: float,
+    events: int,
+    profile: bool,
+    split: int = 2,
+    linger_s: float = 0.01,
+    steps_workers: int = 0,
 ) -> None:
     """R ranks at 15 steps/min, ``events`` kernel events per rank-step; lag must not grow.
 
-    ``linger_s``: the workers' producer linger, s (0.01: the default; 0: every record sent at once)."""
+    ``linger_s``: the workers' producer linger, s (0.01: the default; 0: every record sent at once).
+    ``steps_workers`` > 0: step records only, into that many step-role processes of one
+    consumer group (how far one job's L1/L2 spreads over workers)."""
     from argus.schemas import Codec
     from argus.sim.layout import Layout
     from argus.streams import synth
 
     env = {**LOAD_ENV, "ARGUS_STREAMS__PRODUCER_LINGER_S": str(linger_s)}  # 4 partitions
-    st = start_stack("load", roles=split_roles(split), env=env)
+    roles = [SPLIT[0]] * steps_workers if steps_workers else split_roles(split)
+    st = start_stack("load", roles=roles, env=env)
     s, prefix, workers, broker_pid = st.settings, st.prefix, st.workers, st.broker_pid
     tmp = st.log_dir
     lay = Layout.for_ranks(ranks)
@@ -144,7 +153,7 @@ def load(
         synth.kernel_batch(
             rng, mix, job=run.job, rank=r, window_id=0, n_events=events, coords=lay.coords(r)
         )
-        for r in range(lay.world)
+        for r in range(0 if steps_workers else lay.world)
     ]
     codec = Codec()
     prod = load_producer(s)
@@ -173,6 +182,15 @@ def load(
             produce(prod, f"{prefix}.raw.kernels", f"{run.job}/{r}".encode(), v)
             prod.poll(0)
         if step % 3 == 0:
+            if steps_workers:  # which processes close job steps and block steps
+                closed = [
+                    (
+                        metric(w, "argus_windows_closed_total", role="steps"),
+                        metric(w, "argus_windows_closed_total", role="steps-block"),
+                    )
+                    for w in workers
+                ]
+                print(f"  (job steps, block steps) closed per worker: {closed}", flush=True)
             samples.append(
                 (
                     time.monotonic() - t_start,
@@ -260,6 +278,12 @@ def main() -> None:
         help="worker processes (--load): 2 = steps | compressor+l3; 3 = steps | compressor | l3",
     )
     ap.add_argument(
+        "--steps-workers",
+        type=int,
+        default=0,
+        help="--load with step records only, into N step-role processes (one consumer group)",
+    )
+    ap.add_argument(
         "--linger",
         type=float,
         default=0.01,
@@ -267,7 +291,15 @@ def main() -> None:
     )
     args = ap.parse_args()
     if args.load:
-        load(args.ranks, args.minutes, args.events, args.profile, args.split, args.linger)
+        load(
+            args.ranks,
+            args.minutes,
+            args.events,
+            args.profile,
+            args.split,
+            args.linger,
+            args.steps_workers,
+        )
     else:
         latency(args.ranks, args.steps, args.rate)
 

@@ -80,7 +80,15 @@ def worker(
     pcfg = PipelineConfig.from_mapping(settings.section("streams"))
     if metrics_port is not None:
         pcfg = replace(pcfg, metrics_port=metrics_port)
-    app, _ = build_app(settings, _ALL if "all" in chosen else chosen, pcfg=pcfg)
+    app, app_ctx = build_app(settings, _ALL if "all" in chosen else chosen, pcfg=pcfg)
+    from argus.kafka.admin import ensure_topics
+
+    ensure_topics(  # before faust's first assignment (see ensure_topics)
+        settings,
+        [t.get_topic_name() for t in app_ctx.internal.values()],
+        partitions=pcfg.internal_partitions,
+        replication=pcfg.replication,
+    )
     metrics.serve(pcfg.metrics_port)
     import faust
 

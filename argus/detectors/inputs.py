@@ -313,41 +313,89 @@ def merge_group_windows(parts: Iterable[GroupWindow]) -> list[GroupWindow]:
         if len(ws) == 1:
             out.append(ws[0])
             continue
-        steps = np.unique(np.concatenate([w.steps for w in ws]))
-        ranks = np.unique(np.concatenate([w.ranks for w in ws]))
-        kind_of: dict[str, str] = {}
-        for w in reversed(ws):  # the first part's kind wins, as in group_windows
-            kind_of.update(zip(w.phases, w.stream_kinds, strict=True))
-        names = tuple(sorted(kind_of))
-        d = np.full((ranks.size, steps.size, len(names)), np.nan)
-        it = np.full((ranks.size, steps.size), np.nan)
-        covered = np.zeros((ranks.size, steps.size), dtype=bool)
-        for w in ws:
-            ri = np.searchsorted(ranks, w.ranks)
-            si = np.searchsorted(steps, w.steps)
-            cells = np.ix_(ri, si)
-            if covered[cells].any():
-                raise DetectorInputError(
-                    f"group {key[0]}/{key[1]}: parts share steps of the same ranks"
-                )
-            covered[cells] = True
-            pi = np.array([names.index(p) for p in w.phases], dtype=np.int64)
-            d[np.ix_(ri, si, pi)] = w.durations_ns
-            if w.iter_ns is not None:
-                it[np.ix_(ri, si)] = w.iter_ns
-        out.append(
-            GroupWindow(
-                job=ws[0].job,
-                group_kind=key[0],
-                group_id=key[1],
-                ranks=ranks,
-                steps=steps,
-                phases=names,
-                stream_kinds=tuple(kind_of[p] for p in names),
-                durations_ns=d,
-                start_ns=min(w.start_ns for w in ws),
-                end_ns=max(w.end_ns for w in ws),
-                iter_ns=it,
-            )
-        )
+        out.append(_stacked(ws, 1) or _stacked(ws, 0) or _merged(ws))
     return out
+
+
+def _share_error(w: GroupWindow) -> DetectorInputError:
+    return DetectorInputError(
+        f"group {w.group_kind}/{w.group_id}: parts share steps of the same ranks"
+    )
+
+
+def _stacked(ws: list[GroupWindow], axis: int) -> GroupWindow | None:
+    """The fast join of parts with the same phases and the same ranks (``axis`` 1: the
+    steps differ, the L2 sliding window) or the same steps (``axis`` 0: the ranks differ,
+    rank blocks of one step); None when the parts are not of that shape."""
+    w0 = ws[0]
+    same = [w.ranks for w in ws] if axis == 1 else [w.steps for w in ws]
+    if any(
+        w.phases != w0.phases or w.stream_kinds != w0.stream_kinds or not np.array_equal(a, same[0])
+        for w, a in zip(ws, same, strict=True)
+    ):
+        return None
+    idx = np.concatenate([w.steps if axis == 1 else w.ranks for w in ws])
+    order = np.argsort(idx, kind="stable")
+    idx = idx[order]
+    if idx.size > 1 and not np.all(np.diff(idx) > 0):
+        raise _share_error(w0)
+    d = np.concatenate([w.durations_ns for w in ws], axis=axis).take(order, axis=axis)
+    it = np.concatenate(
+        [
+            w.iter_ns if w.iter_ns is not None else np.full(w.durations_ns.shape[:2], np.nan)
+            for w in ws
+        ],
+        axis=axis,
+    ).take(order, axis=axis)
+    return GroupWindow(
+        job=w0.job,
+        group_kind=w0.group_kind,
+        group_id=w0.group_id,
+        ranks=w0.ranks if axis == 1 else idx,
+        steps=idx if axis == 1 else w0.steps,
+        phases=w0.phases,
+        stream_kinds=w0.stream_kinds,
+        durations_ns=d,
+        start_ns=min(w.start_ns for w in ws),
+        end_ns=max(w.end_ns for w in ws),
+        iter_ns=it,
+    )
+
+
+def _merged(ws: list[GroupWindow]) -> GroupWindow:
+    """The general join: sorted unions of ranks, steps and phases, NaN where no part had a
+    value."""
+    steps = np.unique(np.concatenate([w.steps for w in ws]))
+    ranks = np.unique(np.concatenate([w.ranks for w in ws]))
+    kind_of: dict[str, str] = {}
+    for w in reversed(ws):  # the first part's kind wins, as in group_windows
+        kind_of.update(zip(w.phases, w.stream_kinds, strict=True))
+    names = tuple(sorted(kind_of))
+    col = {p: i for i, p in enumerate(names)}
+    d = np.full((ranks.size, steps.size, len(names)), np.nan)
+    it = np.full((ranks.size, steps.size), np.nan)
+    covered = np.zeros((ranks.size, steps.size), dtype=bool)
+    for w in ws:
+        ri = np.searchsorted(ranks, w.ranks)[:, None]
+        si = np.searchsorted(steps, w.steps)[None, :]
+        if covered[ri, si].any():
+            raise _share_error(w)
+        covered[ri, si] = True
+        pi = np.array([col[p] for p in w.phases], dtype=np.int64)
+        d[ri[:, :, None], si[:, :, None], pi[None, None, :]] = w.durations_ns
+        if w.iter_ns is not None:
+            it[ri, si] = w.iter_ns
+    w0 = ws[0]
+    return GroupWindow(
+        job=w0.job,
+        group_kind=w0.group_kind,
+        group_id=w0.group_id,
+        ranks=ranks,
+        steps=steps,
+        phases=names,
+        stream_kinds=tuple(kind_of[p] for p in names),
+        durations_ns=d,
+        start_ns=min(w.start_ns for w in ws),
+        end_ns=max(w.end_ns for w in ws),
+        iter_ns=it,
+    )

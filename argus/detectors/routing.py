@@ -53,6 +53,7 @@ __all__ = [
     "Routing",
     "group_id",
     "group_ids",
+    "group_span",
     "rank_of",
 ]
 
@@ -142,6 +143,23 @@ def rank_of(coords: Mapping[str, Any]) -> int:
         rank += _coord(coords, dim, "rank") * stride
         stride *= _coord(coords, dim, "size")
     return rank
+
+
+def group_span(coords: Mapping[str, Any], varies: Sequence[str]) -> tuple[int, int]:
+    """Lowest and highest :func:`rank_of` position of the group varying ``varies`` that
+    holds the rank at ``coords``; every member lies between them (rank order is
+    ``tp-cp-ep-dp-pp``, so a group is contained in any contiguous range holding both).
+
+    >>> c = {"tp_rank": 1, "tp_size": 2, "dp_rank": 3, "dp_size": 4, "pp_rank": 1, "pp_size": 2}
+    >>> group_span(c, ("tp",)), group_span(c, ("dp",)), group_span(c, ("pp",))
+    ((14, 15), (9, 15), (7, 15))
+    """
+    lo = dict(coords)
+    hi = dict(coords)
+    for d in varies:
+        lo[f"{d}_rank"] = 0
+        hi[f"{d}_rank"] = _coord(coords, d, "size") - 1
+    return rank_of(lo), rank_of(hi)
 
 
 @dataclass(frozen=True)

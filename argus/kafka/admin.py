@@ -12,7 +12,7 @@ from argus.kafka.security import checked_admin, list_topics
 from argus.schemas.errors import ArgusError
 from argus.topics import TopicSpec, topic_specs
 
-__all__ = ["TopicAdminError", "create_topics", "delete_topics"]
+__all__ = ["TopicAdminError", "create_topics", "delete_topics", "ensure_topics"]
 
 
 class TopicAdminError(ArgusError, RuntimeError):
@@ -51,17 +51,67 @@ def create_topics(
         for n, s in wanted.items()
         if n not in existing
     ]
-    if new:
-        for name, fut in admin.create_topics(new, operation_timeout=timeout_s).items():
-            try:
-                fut.result(timeout=timeout_s)
-                result[name] = "created"
-            except KafkaException as exc:
-                if "TOPIC_ALREADY_EXISTS" in str(exc):
-                    result[name] = "exists"
-                else:
-                    raise TopicAdminError(f"creating {name}: {exc}") from exc
+    result.update(_create(admin, new, timeout_s))
     return result
+
+
+def _create(admin: AdminClient, new: list[NewTopic], timeout_s: float) -> dict[str, str]:
+    """Create ``new``; ``{topic: "created" | "exists"}`` (another client was first)."""
+    result: dict[str, str] = {}
+    if not new:
+        return result
+    for name, fut in admin.create_topics(new, operation_timeout=timeout_s).items():
+        try:
+            fut.result(timeout=timeout_s)
+            result[name] = "created"
+        except KafkaException as exc:
+            if "TOPIC_ALREADY_EXISTS" not in str(exc):
+                raise TopicAdminError(f"creating {name}: {exc}") from exc
+            result[name] = "exists"
+    return result
+
+
+def ensure_topics(
+    settings: Settings,
+    names: Iterable[str],
+    *,
+    partitions: int,
+    replication: int = 1,
+    timeout_s: float = 30.0,
+) -> dict[str, str]:
+    """Create plain topics that do not exist yet and wait until the cluster's metadata
+    lists them; returns ``{topic: "created" | "exists"}``.
+
+    The workers create their internal re-key topics so before faust starts: faust creates
+    them itself at start, but a consumer group whose first assignment ran before the new
+    topic reached the leader's metadata logged ``Ignoring missing topic`` and never
+    consumed it (seen under load on a 2-core host).
+
+    Raises
+    ------
+    TopicAdminError
+        A topic could not be created, or did not appear within ``timeout_s``.
+    """
+    import time
+
+    names = list(dict.fromkeys(names))
+    admin, errors = checked_admin(settings)
+    existing = set(list_topics(admin, errors, settings, timeout_s).topics)
+    result = {n: "exists" for n in names if n in existing}
+    new = [NewTopic(n, num_partitions=partitions, replication_factor=replication) for n in names]
+    new = [t for t in new if t.topic not in existing]
+    result.update(_create(admin, new, timeout_s))
+    deadline = time.monotonic() + timeout_s
+    while True:
+        md = list_topics(admin, errors, settings, timeout_s).topics
+        absent = [n for n in names if n not in md or md[n].error is not None]
+        if not absent:
+            return result
+        if time.monotonic() > deadline:
+            raise TopicAdminError(
+                f"topics not in the cluster metadata after {timeout_s} s: {absent}"
+            )
+        time.sleep(0.2)
 
 
 def delete_prefixed(settings: Settings, prefix: str, *, timeout_s: float = 30.0) -> list[str]:

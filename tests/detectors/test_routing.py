@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from itertools import product
+
 import pytest
 
 from argus.config import load_settings
 from argus.detectors.config import DetectorsConfig
 from argus.detectors.errors import DetectorConfigError
-from argus.detectors.routing import Routing, group_id, rank_of
+from argus.detectors.routing import DEFAULT_GROUPS, Routing, group_id, group_span, rank_of
 from argus.sim.layout import Layout
 
 
@@ -71,3 +73,18 @@ def test_override_from_settings() -> None:
 def test_bad_tables_raise(table: dict) -> None:
     with pytest.raises(DetectorConfigError):
         Routing.from_config(table)
+
+
+def test_group_span_holds_every_member_of_the_group() -> None:
+    sizes = {"tp": 2, "cp": 1, "ep": 2, "dp": 3, "pp": 2}
+    allc = [
+        {
+            **{f"{d}_size": n for d, n in sizes.items()},
+            **dict(zip((f"{d}_rank" for d in sizes), ranks, strict=True)),
+        }
+        for ranks in product(*(range(n) for n in sizes.values()))
+    ]
+    for kind, varies in DEFAULT_GROUPS.items():
+        for c in allc:
+            members = [rank_of(o) for o in allc if group_id(o, varies) == group_id(c, varies)]
+            assert group_span(c, varies) == (min(members), max(members)), (kind, c)

@@ -37,7 +37,7 @@ from argus.detectors import l1, l2
 from argus.detectors.findings import Finding
 from argus.detectors.inputs import group_windows, merge_group_windows, validate_step_record
 from argus.detectors.l2 import GroupWindow
-from argus.detectors.routing import DIMS, Routing
+from argus.detectors.routing import DIMS, Routing, group_span, rank_of
 from argus.streams import metrics, windows
 from argus.streams.agents.common import emit_findings
 from argus.streams.app import Ctx, add_lag_gauge, route_batches, window_agent
@@ -55,7 +55,7 @@ from argus.streams.validate import checker
 __all__ = ["missing_finding", "register_l1", "register_l2", "route_step"]
 
 _HISTORY = 512  # steps of iteration time kept per job for L1
-_CACHED_JOBS = 64  # jobs whose per-step L2 group windows stay in memory
+_CACHED_KEYS = 256  # jobs or blocks whose per-step L2 group windows stay in memory
 _JOB_SKEW_STEPS = 64  # newer steps before the job tier gives up on a block's digest
 
 
@@ -100,12 +100,78 @@ def _collector_metrics(job: str, rec: dict[str, Any]) -> None:
         metrics.COLLECTOR_OVERHEAD.labels(job).set(float(c.get("overhead_ns", 0)) / it)
 
 
+class _L2Steps:
+    """L2 over a sliding window of closed steps whose group windows sit in a table.
+
+    ``h["recent"]`` lists ``[step, [block, ...]]`` of the closed steps; the windows of a
+    step are under ``<job>|<step>|b<block>`` (lists of :func:`window_to_json`), joined once
+    per step into a cache (rebuilt from the table after a restart) and over the last
+    ``l2_window_steps`` steps for :func:`argus.detectors.l2.detect`.
+    """
+
+    def __init__(self, ctx: Ctx, table: str) -> None:
+        self.ctx = ctx
+        self.width = ctx.pcfg.l2_window_steps
+        self.table = ctx.table(table)
+        # key -> step -> that step's joined windows, for the most recently active keys
+        self.cache: OrderedDict[str, dict[int, list[GroupWindow]]] = OrderedDict()
+
+    def store(
+        self,
+        job: str,
+        step: int,
+        blk: int,
+        windows_json: list[dict[str, Any]],
+        *,
+        whole: tuple[str, list[GroupWindow]] | None = None,
+    ) -> None:
+        """Keep a block's windows of ``step``; ``whole=(key, windows)`` when they are all the
+        step has under ``key`` (one block): cached as they are, not decoded again."""
+        if windows_json:
+            self.table[f"{job}|{step}|b{blk}"] = windows_json
+        if whole is not None:
+            self.cache.setdefault(whole[0], {})[step] = whole[1]
+
+    def run(self, key: str, job: str, h: dict[str, Any]) -> list[Finding]:
+        h["recent"].sort()
+        cache = self.cache.setdefault(key, {})
+        self.cache.move_to_end(key)
+        while len(self.cache) > _CACHED_KEYS:
+            self.cache.popitem(last=False)
+        for step, blocks in h["recent"][: -self.width]:
+            cache.pop(step, None)
+            for blk in blocks:
+                k = f"{job}|{step}|b{blk}"
+                if self.table.get(k) is not None:
+                    del self.table[k]
+        h["recent"] = h["recent"][-self.width :]
+        t0 = time.perf_counter()
+        parts: list[GroupWindow] = []
+        for step, blocks in h["recent"]:
+            cached = cache.get(step)
+            if cached is None:  # joined once per step; again only after a restart
+                cached = cache[step] = merge_group_windows(
+                    window_from_json(job, g)
+                    for blk in blocks
+                    for g in self.table.get(f"{job}|{step}|b{blk}") or ()
+                )
+            parts += cached
+        out: list[Finding] = []
+        for win in merge_group_windows(parts):
+            out += l2.detect(win, self.ctx.detectors.l2)
+        metrics.DETECT_S.labels("L2").observe(time.perf_counter() - t0)
+        return out
+
+
 class _Blocks:
     """Tier 1: the step windows of one rank block (key ``job|b<block>``).
 
     Every record of the block's ranks is folded here; a step closes when all of the block's
-    ranks reported or it timed out (:mod:`argus.streams.windows`), and is sent on as one
-    digest (:mod:`argus.streams.step_digest`) to the job's tier.
+    ranks reported or it timed out (:mod:`argus.streams.windows`). Its L2 group windows are
+    built from the block's records; groups whose ranks all fall in the block (TP, EP, ... of
+    a layout's rank order, :func:`argus.detectors.routing.group_span`) are judged here over
+    the block's sliding window, the others travel on in the step's digest
+    (:mod:`argus.streams.step_digest`) with the ids of the findings made here.
     """
 
     def __init__(self, ctx: Ctx, levels: set[str]) -> None:
@@ -115,6 +181,8 @@ class _Blocks:
         self.grace = ctx.pcfg.step_grace_s
         self.block_ranks = ctx.pcfg.steps_block_ranks
         self.cells = ctx.table("steps-cells")
+        self.hist = ctx.table("steps-block-history")
+        self.l2 = _L2Steps(ctx, "steps-block-windows")
         self.out = ctx.internal_topic("steps-by-job")
 
     def new(self, key: str) -> dict[str, Any]:
@@ -157,28 +225,33 @@ class _Blocks:
 
     async def close(self, key: str, st: dict[str, Any], closed: list[windows.ClosedStep]) -> None:
         job, blk = _split(key)
+        h = self.hist.get(key) or {"recent": [], "emitted": []}
         digests = []
         for c in closed:
             metrics.WINDOWS.labels("steps-block", "timeout" if c.timed_out else "complete").inc()
             agg = st["agg"].pop(str(c.step), None)
             if agg is None:
                 continue
-            world = int(agg[3])
-            first = blk * self.block_ranks
-            span = range(first, first + block_size(world, blk, self.block_ranks))
-            gw = None
+            up = None
             if "l2" in self.levels:
+                up = []
+                own: list[GroupWindow] = []
                 recs = self._records(job, c.step, c.ranks)
-                gw = [window_to_json(w) for w in group_windows(recs, self.routing, job=job)]
-            digests.append(
-                {
-                    "s": c.step,
-                    "blk": blk,
-                    "agg": agg,
-                    "miss": sorted(set(span) - set(c.ranks)),
-                    "gw": gw,
-                }
-            )
+                coords = {r["rank"]: r["coords"] for r in recs}
+                for w in group_windows(recs, self.routing, job=job):
+                    lo, hi = group_span(coords[int(w.ranks[0])], self.routing.varies(w.group_kind))
+                    if block_of(lo, self.block_ranks) == block_of(hi, self.block_ranks):
+                        own.append(w)
+                    else:
+                        up.append(window_to_json(w))
+                self.l2.store(job, c.step, blk, [window_to_json(w) for w in own], whole=(key, own))
+                h["recent"].append([c.step, [blk]])
+            digests.append({"s": c.step, "blk": blk, "agg": agg, "got": list(c.ranks), "gw": up})
+        if "l2" in self.levels and digests:
+            sent = await emit_findings(self.ctx, self.l2.run(key, job, h), h["emitted"], "steps")
+            # the job tier announces them to the funnel with its progress
+            digests[-1]["ids"] = {a["id"]: a["window_end_step"] for a in sent}
+            self.hist[key] = h
         if digests:
             await self.ctx.send_keyed(self.out, job, {"items": digests, "t": time.time()})
 
@@ -220,22 +293,19 @@ class _Steps:
 
     A step closes when every block's digest arrived or it timed out: after twice the
     blocks' grace (a block that timed out reports only after its own grace) and once the
-    job went quiet or :data:`_JOB_SKEW_STEPS` newer steps closed elsewhere (a block whose
-    worker restarts is waited for, not declared missing).
+    job went quiet or :data:`_JOB_SKEW_STEPS` newer steps arrived (a block whose worker
+    restarts is waited for, not declared missing). Ranks that never reported are those of
+    the world no digest named.
     """
 
     def __init__(self, ctx: Ctx) -> None:
         self.ctx = ctx
         self.levels: set[str] = set()
         self.grace = 2 * ctx.pcfg.step_grace_s
-        self.width = ctx.pcfg.l2_window_steps
         self.block_ranks = ctx.pcfg.steps_block_ranks
-        self.digests = ctx.table("steps-digests")
         self.hist = ctx.table("steps-history")
+        self.l2 = _L2Steps(ctx, "steps-digests")
         self.progress = ctx.internal_topic("funnel-jobs")
-        # job -> step -> that step's L2 group windows: derived from ``digests``, so only a
-        # cache (rebuilt after a restart), for the most recently active jobs
-        self.step_windows: OrderedDict[str, dict[int, list[GroupWindow]]] = OrderedDict()
 
     def new(self, key: str) -> dict[str, Any]:
         return {"win": windows.new_state(), "agg": {}}
@@ -250,18 +320,19 @@ class _Steps:
             now_s=now,
         )
         if status == "new":
-            if m.get("gw") is not None:
-                self.digests[f"{job}|{m['s']}|b{m['blk']}"] = m["gw"]
+            self.l2.store(job, m["s"], m["blk"], m.get("gw") or [])
+            ids = m.get("ids") or {}
             agg = st["agg"].get(str(m["s"]))
             st["agg"][str(m["s"])] = (
-                [it, a, b, world, list(m["miss"])]
+                [it, a, b, world, list(m["got"]), ids]
                 if agg is None
                 else [
                     max(agg[0], it),
                     min(agg[1], a),
                     max(agg[2], b),
                     max(agg[3], world),
-                    agg[4] + list(m["miss"]),
+                    agg[4] + list(m["got"]),
+                    {**agg[5], **ids},
                 ]
             )
         else:
@@ -280,32 +351,28 @@ class _Steps:
     async def close(self, job: str, st: dict[str, Any], closed: list[windows.ClosedStep]) -> None:
         h = self.hist.get(job) or {"rows": [], "recent": [], "emitted": []}
         found: list[Finding] = []
+        announced: dict[str, int] = {}  # findings of the blocks' tier, for the funnel
         for c in closed:
             agg = st["agg"].pop(str(c.step), None)
             if agg is None:
                 continue
-            it, a, b, world, miss = agg
-            got = set(c.ranks)  # blocks
-            for blk in range(blocks_in(world, self.block_ranks)):
-                if blk not in got:  # no digest at all: none of its ranks reported
-                    first = blk * self.block_ranks
-                    miss += range(first, first + block_size(world, blk, self.block_ranks))
-            missing = sorted(set(miss))
-            how = "timeout" if c.timed_out or missing else "complete"
-            metrics.WINDOWS.labels("steps", how).inc()
+            it, a, b, world, got, ids = agg
+            announced.update(ids)
+            missing = sorted(set(range(int(world))) - set(got))
+            metrics.WINDOWS.labels("steps", "timeout" if missing else "complete").inc()
             h["rows"].append([c.step, it, a, b])
-            h["recent"].append([c.step, sorted(got)])
+            h["recent"].append([c.step, list(c.ranks)])  # the blocks that reported
             if missing:
                 metrics.MISSING.labels("steps").inc(len(missing))
                 found.append(missing_finding(job, c.step, missing, int(world), a, b))
         if "l1" in self.levels:
             found += self._l1(job, h)
         if "l2" in self.levels:
-            found += self._l2(job, h)
+            found += self.l2.run(job, job, h)
         sent = await emit_findings(self.ctx, found, h["emitted"], "steps")
         if closed:  # after the findings, naming them: the funnel waits for them to arrive
             items: list[dict[str, Any]] = [{"progress": c.step} for c in closed]
-            items[-1]["ids"] = {a["id"]: a["window_end_step"] for a in sent}
+            items[-1]["ids"] = {**announced, **{a["id"]: a["window_end_step"] for a in sent}}
             await self.ctx.send_keyed(self.progress, job, {"items": items, "t": time.time()})
         self.hist[job] = h
 
@@ -317,44 +384,17 @@ class _Steps:
         metrics.DETECT_S.labels("L1").observe(time.perf_counter() - t0)
         return out
 
-    def _l2(self, job: str, h: dict[str, Any]) -> list[Finding]:
-        h["recent"].sort()
-        cache = self.step_windows.setdefault(job, {})
-        self.step_windows.move_to_end(job)
-        while len(self.step_windows) > _CACHED_JOBS:
-            self.step_windows.popitem(last=False)
-        for step, blocks in h["recent"][: -self.width]:
-            cache.pop(step, None)
-            for blk in blocks:
-                key = f"{job}|{step}|b{blk}"
-                if self.digests.get(key) is not None:
-                    del self.digests[key]
-        h["recent"] = h["recent"][-self.width :]
-        t0 = time.perf_counter()
-        parts: list[GroupWindow] = []
-        for step, blocks in h["recent"]:
-            cached = cache.get(step)
-            if cached is None:  # joined once per step; again only after a restart
-                cached = cache[step] = merge_group_windows(
-                    window_from_json(job, g)
-                    for blk in blocks
-                    for g in self.digests.get(f"{job}|{step}|b{blk}") or ()
-                )
-            parts += cached
-        out: list[Finding] = []
-        for win in merge_group_windows(parts):
-            out += l2.detect(win, self.ctx.detectors.l2)
-        metrics.DETECT_S.labels("L2").observe(time.perf_counter() - t0)
-        return out
-
 
 def route_step(
     rec: Mapping[str, Any], block_ranks: int = PipelineConfig.steps_block_ranks
 ) -> list[tuple[str, Any]]:
-    """The router's re-keyed item of one step record: ``[(job|b<block>, slim record)]``."""
+    """The router's re-keyed item of one step record: ``[(job|b<block>, slim record)]``.
+
+    The block is that of the rank's layout position (:func:`argus.detectors.routing.rank_of`
+    of its coords), so a block holds whole groups whatever the job's rank numbering."""
     return [
         (
-            block_key(rec["job"], block_of(rec["rank"], block_ranks)),
+            block_key(rec["job"], block_of(rank_of(rec["coords"]), block_ranks)),
             {
                 "r": rec["rank"],
                 "s": rec["step"],
