@@ -406,7 +406,12 @@ def print_summary(summary: dict[str, dict[str, Any]]) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--world-sizes", default="4,2", help="comma-separated rank counts")
-    ap.add_argument("--rounds", type=int, default=40, help="rounds of 8 blocks (multiple of 5)")
+    ap.add_argument("--rounds", type=int, default=40, help="rounds of --round (multiple of 5)")
+    ap.add_argument(
+        "--round",
+        default=",".join(ROUND),
+        help="the modes of one round, off between on modes (off,all: the bar alone, more cycles)",
+    )
     ap.add_argument("--block", type=int, default=10, help="steps per block")
     ap.add_argument("--period", type=int, default=50, help="kernel window every N steps")
     ap.add_argument("--stacks-hz", type=float, default=1.0)
@@ -416,7 +421,11 @@ def main() -> int:
     ap.add_argument("--skip-down", action="store_true")
     ap.add_argument("--json", default=None, help="write all figures here")
     args = ap.parse_args()
-    cyc_up = cycle_length(args.block, args.period, len(ROUND))
+    round_modes = args.round.split(",")
+    bad = set(round_modes) - {"off", "all", "phases", "kernels", "stacks"}
+    if bad or round_modes[0] != "off":
+        raise SystemExit(f"--round: modes off/all/phases/kernels/stacks, starting off; got {bad}")
+    cyc_up = cycle_length(args.block, args.period, len(round_modes))
     cyc_down = cycle_length(args.block, args.period, 2)
     worlds = [int(w) for w in args.world_sizes.split(",")]
     settings = load_settings()
@@ -434,7 +443,7 @@ def main() -> int:
     try:
         for world in worlds:
             if not args.skip_up:
-                sched = warm + [(m, args.block) for _ in range(args.rounds) for m in ROUND]
+                sched = warm + [(m, args.block) for _ in range(args.rounds) for m in round_modes]
                 sched += [("off", args.block)]
                 print(f"\n[{world} ranks] broker up: {len(sched)} blocks ...", flush=True)
                 with tempfile.TemporaryDirectory() as td:
