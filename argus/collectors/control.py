@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from argus.collectors.priority import lower_this_thread
 from argus.schemas import Codec, DecodeError
 
 __all__ = [
@@ -207,6 +208,7 @@ class ControlFollower:
     def _run(self) -> None:
         from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
+        lower_this_thread()  # and the consumer's librdkafka threads, started from here
         try:
             consumer = Consumer(self._conf)
         except Exception as exc:

@@ -19,7 +19,9 @@ Loss is counted, never hidden: a full queue evicts the oldest item, a full librd
 that fails to encode all add to :attr:`dropped_records` / :attr:`dropped_bytes` (or
 :attr:`errors`). Those cumulative counters ride in every step record.
 
-Delivery uses ``enable.idempotence=true`` and ``acks=all``.
+Delivery uses ``enable.idempotence=true`` and ``acks=all``. The delivery thread and
+librdkafka's threads run at a lower priority than the training threads
+(:mod:`argus.collectors.priority`).
 
 Fork safety: after ``fork()`` the child's copy is dead (no thread, no librdkafka handle, which
 is not fork-safe); :meth:`submit` returns ``False`` there without touching any lock the parent
@@ -38,6 +40,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from argus.collectors.priority import lower_this_thread
 from argus.schemas import Codec
 
 __all__ = ["RecordProducer"]
@@ -47,6 +50,27 @@ log = logging.getLogger("argus.collectors.producer")
 Value = Mapping[str, Any] | Callable[[], Mapping[str, Any] | None]
 
 _LIVE: weakref.WeakSet[RecordProducer] = weakref.WeakSet()
+
+
+def _low_priority(make: Callable[[], Any]) -> Any:
+    """``make()`` on a short-lived low-priority thread, so that the threads it starts
+    (librdkafka's) inherit the priority (:mod:`argus.collectors.priority`); its exception
+    is raised here."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        lower_this_thread()
+        try:
+            box["value"] = make()
+        except BaseException as exc:  # re-raised on the caller's thread
+            box["error"] = exc
+
+    t = threading.Thread(target=run, name="argus-producer-init", daemon=True)
+    t.start()
+    t.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 
 def _after_fork_in_child() -> None:
@@ -130,7 +154,7 @@ class RecordProducer:
             # which logs them rate-limited instead
             "log_level": 2,
         }
-        self._producer = Producer(conf)
+        self._producer = _low_priority(lambda: Producer(conf))
         self._thread = threading.Thread(target=self._run, name="argus-producer", daemon=True)
         self._thread.start()
         _LIVE.add(self)
@@ -179,6 +203,7 @@ class RecordProducer:
 
     # -- delivery thread ------------------------------------------------------------------
     def _run(self) -> None:
+        lower_this_thread()
         while not self._stop.is_set():
             self._wake.wait(self._drain_interval_s)
             self._wake.clear()

@@ -245,6 +245,8 @@ def start_recording(
         stderr=subprocess.PIPE,
         text=True,
     )
+    with contextlib.suppress(OSError):  # sample in the training job's gaps (collectors.priority)
+        os.setpriority(os.PRIO_PROCESS, proc.pid, 19)
     return _Recording(pid, proc, path, rate, dur, time.time_ns())
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 import pytest
 
@@ -131,3 +132,30 @@ def test_drains_on_its_interval_and_early_past_half_the_bound(
         p.close()
     assert p.delivered == 10 and p.dropped_records == 0
     assert sorted(r["failed_ns"] for _, r in consume(kafka, topic, 10)) == list(range(10))
+
+
+def _threads() -> dict[int, str]:
+    out = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            out[int(tid)] = Path(f"/proc/self/task/{tid}/comm").read_text().strip()
+        except OSError:
+            continue
+    return out
+
+
+def test_background_threads_run_below_the_training_thread() -> None:
+    """The delivery thread and librdkafka's threads it owns have a higher nice value than
+    the thread that created the producer, which keeps its own."""
+    main = os.getpriority(os.PRIO_PROCESS, 0)
+    before = set(_threads())
+    p = RecordProducer({"bootstrap.servers": f"127.0.0.1:{closed_port()}"})
+    try:
+        time.sleep(0.3)  # librdkafka starts its broker threads
+        rdk = [t for t, n in _threads().items() if t not in before and n.startswith("rdk:")]
+        assert rdk and p._thread.native_id is not None
+        for tid in [p._thread.native_id, *rdk]:  # the delivery thread, librdkafka's
+            assert os.getpriority(os.PRIO_PROCESS, tid) >= min(19, main + 10), tid
+        assert os.getpriority(os.PRIO_PROCESS, 0) == main
+    finally:
+        p.close(0.1)
