@@ -243,7 +243,9 @@ def load(
         f"load: {lay.world} ranks ({lay}), {n_steps} steps at 15/min, {events} kernel events/rank-step, "
         f"{wall:.0f} s; kernel batches {bytes_k / wall / 1e6:.1f} MB/s"
     )
-    print(f"  kernel events/s offered: {n_ev / wall:,.0f}")
+    if not steps_workers:
+        print(f"  kernel events/s offered: {n_ev / wall:,.0f}")
+    print(f"  step records/s offered: {lay.world / period:,.0f}")
     for w, c in zip(workers, cpu, strict=True):
         print(f"  worker {' '.join(w.roles)}: CPU {c:.0f} s = {100 * c / wall:.0f}% of a core")
     print(f"  broker: CPU {broker_cpu:.0f} s = {100 * broker_cpu / wall:.0f}% of a core")
