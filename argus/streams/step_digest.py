@@ -1,27 +1,30 @@
 """Rank blocks and step digests: how one job's step records spread over several workers.
 
-A job's ranks are cut into blocks of ``block_ranks`` consecutive global ranks. The steps
+A job's ranks are cut into blocks of ``block_ranks`` consecutive layout positions. The steps
 roles work in two tiers (:mod:`argus.streams.agents.steps`):
 
 * **per block** (key ``job|b<block>``, spread over partitions and so over workers): every
   step record of the block's ranks is folded here, and a block's step closes when all of its
-  ranks reported or its grace passed. The close is one *digest*: the ranks that reported,
-  the step's iteration-time aggregate and the block's partial L2 group windows (the costly
-  per-record work, done once per record in the tier that scales out);
+  ranks reported or its grace passed. The block judges the L2 groups all of whose ranks it
+  holds (the costly per-record work, in the tier that scales out); the close is one
+  *digest*: the ranks that reported, the step's iteration-time aggregate, the partial windows
+  of the groups that span blocks, and the ids of the findings the block made;
 * **per job** (key ``job``): one digest per block and step, never a record. A step closes
-  when every block's digest arrived or its grace passed; the partial windows of a group
-  are joined across blocks (:func:`argus.detectors.inputs.merge_group_windows`) and L1/L2
-  run as before.
+  when every block's digest arrived or its grace passed; the spanning groups' partial
+  windows are joined across blocks (:func:`argus.detectors.inputs.merge_group_windows`) and
+  L1/L2 run on the job.
 
-So the per-job tier does work per block and per group, not per rank: a 10,000-rank job at
-256 ranks per block sends it 40 messages per step instead of 10,000.
+So the per-job tier does work per block and per spanning group, not per rank: a 10,000-rank
+job at 256 ranks per block sends it 40 messages per step instead of 10,000.
 
-Digest layout (JSON, as it travels on the internal topic and sits in the tables)::
+Digest layout (JSON, as it travels on the internal topic; blocks are of layout positions,
+:func:`argus.detectors.routing.rank_of` of the coords)::
 
-    {"s": <step>, "blk": <block>, "w": <world size>, "exp": <ranks expected in the block>,
-     "got": [<rank>, ...], "to": <timed out: bool>,
-     "agg": [<max iteration ns>, <min start ns>, <max end ns>] | null,
-     "gw": [<group window>, ...] | null}     # null: L2 not run by this worker
+    {"s": <step>, "blk": <block>,
+     "agg": [<max iteration ns>, <min start ns>, <max end ns>, <world size>],
+     "got": [<rank>, ...],                  # the ranks that reported the step
+     "gw": [<group window>, ...] | null,    # spanning groups; null: L2 not run here
+     "ids": {<anomaly id>: <window end step>}}   # on the last digest of a close
 
 A group window is ``{"k", "g", "r", "s", "p", "sk", "a", "b", "d", "it"}``: kind, id,
 ranks, steps, phases, stream kinds, start/end ns, and the ``(R, S, P)`` durations and
