@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 
 from confluent_kafka import KafkaException
@@ -92,8 +93,6 @@ def ensure_topics(
     TopicAdminError
         A topic could not be created, or did not appear within ``timeout_s``.
     """
-    import time
-
     names = list(dict.fromkeys(names))
     admin, errors = checked_admin(settings)
     existing = set(list_topics(admin, errors, settings, timeout_s).topics)

@@ -22,9 +22,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ClosedStep", "add", "expire", "new_state"]
+__all__ = ["SKEW_STEPS", "ClosedStep", "add", "expire", "new_state"]
 
 _MAX_CLOSED = 256
+SKEW_STEPS = 8
+"""Newer steps after which a timed-out step closes even while its key is not quiet."""
 
 
 @dataclass(frozen=True)
@@ -77,7 +79,7 @@ def add(
 
 
 def expire(
-    state: dict[str, Any], *, now_s: float, grace_s: float, skew_steps: int = 8
+    state: dict[str, Any], *, now_s: float, grace_s: float, skew_steps: int = SKEW_STEPS
 ) -> list[ClosedStep]:
     """Close the pending steps that timed out (see the module doc); mutates ``state``."""
     quiet = now_s - float(state.get("t_last", 0.0)) >= grace_s

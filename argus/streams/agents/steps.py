@@ -7,13 +7,16 @@ consecutive ranks), so one job's records spread over partitions and workers.
 * **Per block** (:class:`_Blocks`): each rank's step goes to a ``cells`` table (one small
   write per record) and a small per-block index of pending steps; a block's step closes when
   all its ranks reported or it timed out (:mod:`argus.streams.windows`). The close builds
-  the block's partial L2 group windows (:func:`argus.detectors.inputs.group_windows`, groups
-  from each record's coords) and sends one digest per block and step to the job's key.
+  the block's L2 group windows (:func:`argus.detectors.inputs.group_windows`, groups from
+  each record's coords), judges the groups all of whose ranks the block holds over its last
+  ``l2_window_steps`` steps, and sends one digest per block and step to the job's key: the
+  ranks that reported, the iteration-time aggregate, the windows of the groups that span
+  blocks and the ids of the findings made here.
 * **Per job** (:class:`_Steps`): a step closes when every block's digest arrived or it timed
   out. **L1** appends the step's iteration time (max over ranks) to the job's bounded history
-  and runs :func:`argus.detectors.l1.detect`; ranks that never reported (named by their
-  block, or a whole block without a digest) give a ``missing_rank`` finding. **L2** joins the
-  blocks' partial windows once per step and the last ``l2_window_steps`` steps'
+  and runs :func:`argus.detectors.l1.detect`; the world's ranks no digest named give a
+  ``missing_rank`` finding. **L2** joins the spanning groups' windows across blocks once per
+  step and over the last ``l2_window_steps`` steps
   (:func:`argus.detectors.inputs.merge_group_windows`), and runs
   :func:`argus.detectors.l2.detect` on each group.
 
@@ -56,7 +59,6 @@ __all__ = ["missing_finding", "register_l1", "register_l2", "route_step"]
 
 _HISTORY = 512  # steps of iteration time kept per job for L1
 _CACHED_KEYS = 256  # jobs or blocks whose per-step L2 group windows stay in memory
-_JOB_SKEW_STEPS = 64  # newer steps before the job tier gives up on a block's digest
 
 
 def _world(coords: Mapping[str, Any]) -> int:
@@ -98,6 +100,42 @@ def _collector_metrics(job: str, rec: dict[str, Any]) -> None:
     it = rec["end_ns"] - rec["start_ns"]
     if it > 0:
         metrics.COLLECTOR_OVERHEAD.labels(job).set(float(c.get("overhead_ns", 0)) / it)
+
+
+def _fold(agg: list[Any] | None, it: float, a: int, b: int, world: int) -> list[Any]:
+    """A step's ``[max iteration ns, min start ns, max end ns, world size]`` with one more
+    report (``agg`` None: the first)."""
+    if agg is None:
+        return [it, a, b, world]
+    return [max(agg[0], it), min(agg[1], a), max(agg[2], b), max(agg[3], world)]
+
+
+class _Tier:
+    """What both tiers' window agents share: the state, the timeouts, repeat counting."""
+
+    grace: float
+    skew_steps: int = windows.SKEW_STEPS
+
+    def new(self, key: str) -> dict[str, Any]:
+        return {"win": windows.new_state(), "agg": {}}
+
+    async def tick(self, key: str, st: dict[str, Any], now: float) -> bool:
+        closed = windows.expire(
+            st["win"], now_s=now, grace_s=self.grace, skew_steps=self.skew_steps
+        )
+        if closed:
+            await self.close(key, st, closed)
+        return bool(closed)
+
+    async def close(
+        self, key: str, st: dict[str, Any], closed: list[windows.ClosedStep]
+    ) -> None:  # pragma: no cover - each tier defines it
+        raise NotImplementedError
+
+    @staticmethod
+    def _repeated(status: str) -> None:
+        """Count a report that was not new: ``"dup"`` (a replay) or ``"late"``."""
+        (metrics.DUPLICATES if status == "dup" else metrics.LATE).labels("steps").inc()
 
 
 class _L2Steps:
@@ -163,7 +201,7 @@ class _L2Steps:
         return out
 
 
-class _Blocks:
+class _Blocks(_Tier):
     """Tier 1: the step windows of one rank block (key ``job|b<block>``).
 
     Every record of the block's ranks is folded here; a step closes when all of the block's
@@ -185,9 +223,6 @@ class _Blocks:
         self.l2 = _L2Steps(ctx, "steps-block-windows")
         self.out = ctx.internal_topic("steps-by-job")
 
-    def new(self, key: str) -> dict[str, Any]:
-        return {"win": windows.new_state(), "agg": {}}
-
     async def add(self, key: str, st: dict[str, Any], m: dict[str, Any], now: float) -> None:
         job, blk = _split(key)
         status, closed = windows.add(
@@ -200,28 +235,12 @@ class _Blocks:
         if status == "new":
             if "l2" in self.levels:
                 self.cells[f"{job}|{m['s']}|{m['r']}"] = [m["a"], m["b"], m["c"], m["ph"]]
-            agg = st["agg"].get(str(m["s"]))
-            it = float(m["b"] - m["a"])
-            st["agg"][str(m["s"])] = (
-                [it, m["a"], m["b"], m["w"]]
-                if agg is None
-                else [
-                    max(agg[0], it),
-                    min(agg[1], m["a"]),
-                    max(agg[2], m["b"]),
-                    max(agg[3], m["w"]),
-                ]
-            )
+            s = str(m["s"])
+            st["agg"][s] = _fold(st["agg"].get(s), float(m["b"] - m["a"]), m["a"], m["b"], m["w"])
         else:
-            (metrics.DUPLICATES if status == "dup" else metrics.LATE).labels("steps").inc()
+            self._repeated(status)
         if closed:
             await self.close(key, st, closed)
-
-    async def tick(self, key: str, st: dict[str, Any], now: float) -> bool:
-        closed = windows.expire(st["win"], now_s=now, grace_s=self.grace)
-        if closed:
-            await self.close(key, st, closed)
-        return bool(closed)
 
     async def close(self, key: str, st: dict[str, Any], closed: list[windows.ClosedStep]) -> None:
         job, blk = _split(key)
@@ -288,15 +307,17 @@ def _split(key: str) -> tuple[str, int]:
     return job, int(blk)
 
 
-class _Steps:
+class _Steps(_Tier):
     """Tier 2: the job's steps (key ``job``), from one digest per rank block and step.
 
     A step closes when every block's digest arrived or it timed out: after twice the
     blocks' grace (a block that timed out reports only after its own grace) and once the
-    job went quiet or :data:`_JOB_SKEW_STEPS` newer steps arrived (a block whose worker
+    job went quiet or ``skew_steps`` = 64 newer steps arrived (a block whose worker
     restarts is waited for, not declared missing). Ranks that never reported are those of
     the world no digest named.
     """
+
+    skew_steps = 64
 
     def __init__(self, ctx: Ctx) -> None:
         self.ctx = ctx
@@ -306,9 +327,6 @@ class _Steps:
         self.hist = ctx.table("steps-history")
         self.l2 = _L2Steps(ctx, "steps-digests")
         self.progress = ctx.internal_topic("funnel-jobs")
-
-    def new(self, key: str) -> dict[str, Any]:
-        return {"win": windows.new_state(), "agg": {}}
 
     async def add(self, job: str, st: dict[str, Any], m: dict[str, Any], now: float) -> None:
         it, a, b, world = m["agg"]
@@ -321,32 +339,18 @@ class _Steps:
         )
         if status == "new":
             self.l2.store(job, m["s"], m["blk"], m.get("gw") or [])
-            ids = m.get("ids") or {}
-            agg = st["agg"].get(str(m["s"]))
-            st["agg"][str(m["s"])] = (
-                [it, a, b, world, list(m["got"]), ids]
-                if agg is None
-                else [
-                    max(agg[0], it),
-                    min(agg[1], a),
-                    max(agg[2], b),
-                    max(agg[3], world),
-                    agg[4] + list(m["got"]),
-                    {**agg[5], **ids},
-                ]
-            )
+            s = str(m["s"])
+            prev = st["agg"].get(s)  # + the ranks that reported, the blocks' finding ids
+            got, ids = (prev[4], prev[5]) if prev else ([], {})
+            st["agg"][s] = [
+                *_fold(prev[:4] if prev else None, it, a, b, world),
+                got + list(m["got"]),
+                {**ids, **(m.get("ids") or {})},
+            ]
         else:
-            (metrics.DUPLICATES if status == "dup" else metrics.LATE).labels("steps").inc()
+            self._repeated(status)
         if closed:
             await self.close(job, st, closed)
-
-    async def tick(self, job: str, st: dict[str, Any], now: float) -> bool:
-        closed = windows.expire(
-            st["win"], now_s=now, grace_s=self.grace, skew_steps=_JOB_SKEW_STEPS
-        )
-        if closed:
-            await self.close(job, st, closed)
-        return bool(closed)
 
     async def close(self, job: str, st: dict[str, Any], closed: list[windows.ClosedStep]) -> None:
         h = self.hist.get(job) or {"rows": [], "recent": [], "emitted": []}
@@ -360,8 +364,10 @@ class _Steps:
             announced.update(ids)
             missing = sorted(set(range(int(world))) - set(got))
             metrics.WINDOWS.labels("steps", "timeout" if missing else "complete").inc()
-            h["rows"].append([c.step, it, a, b])
-            h["recent"].append([c.step, list(c.ranks)])  # the blocks that reported
+            if "l1" in self.levels:  # L1 trims it to its history
+                h["rows"].append([c.step, it, a, b])
+            if "l2" in self.levels:  # L2 trims it to its window
+                h["recent"].append([c.step, list(c.ranks)])  # the blocks that reported
             if missing:
                 metrics.MISSING.labels("steps").inc(len(missing))
                 found.append(missing_finding(job, c.step, missing, int(world), a, b))
