@@ -83,12 +83,17 @@ def worker(
     app, app_ctx = build_app(settings, _ALL if "all" in chosen else chosen, pcfg=pcfg)
     from argus.kafka.admin import ensure_topics
 
-    ensure_topics(  # before faust's first assignment (see ensure_topics)
-        settings,
-        [t.get_topic_name() for t in app_ctx.internal.values()],
-        partitions=pcfg.internal_partitions,
-        replication=pcfg.replication,
-    )
+    for names, config in (  # before faust's first metadata (see ensure_topics)
+        ([t.get_topic_name() for t in app_ctx.internal.values()], None),
+        ([t.changelog_topic_name for t in app_ctx.durable.tables], {"cleanup.policy": "compact"}),
+    ):
+        ensure_topics(
+            settings,
+            names,
+            partitions=pcfg.internal_partitions,
+            replication=pcfg.replication,
+            config=config,
+        )
     metrics.serve(pcfg.metrics_port)
     import faust
 

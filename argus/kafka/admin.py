@@ -78,15 +78,17 @@ def ensure_topics(
     *,
     partitions: int,
     replication: int = 1,
+    config: dict[str, str] | None = None,
     timeout_s: float = 30.0,
 ) -> dict[str, str]:
-    """Create plain topics that do not exist yet and wait until the cluster's metadata
-    lists them; returns ``{topic: "created" | "exists"}``.
+    """Create topics (with ``config``) that do not exist yet and wait until the cluster's
+    metadata lists them; returns ``{topic: "created" | "exists"}``.
 
-    The workers create their internal re-key topics so before faust starts: faust creates
-    them itself at start, but a consumer group whose first assignment ran before the new
-    topic reached the leader's metadata logged ``Ignoring missing topic`` and never
-    consumed it (seen under load on a 2-core host).
+    The workers create their internal re-key topics and table changelogs so before faust
+    starts: faust creates them itself at start, but a topic created while the consumer
+    fetched its first metadata could stay missing there (``Ignoring missing topic``: a
+    re-key topic never consumed) or listed with 0 partitions (every write to a table whose
+    changelog it was failed ``PartitionsMismatch``); both seen on a 2-core host.
 
     Raises
     ------
@@ -97,7 +99,10 @@ def ensure_topics(
     admin, errors = checked_admin(settings)
     existing = set(list_topics(admin, errors, settings, timeout_s).topics)
     result = {n: "exists" for n in names if n in existing}
-    new = [NewTopic(n, num_partitions=partitions, replication_factor=replication) for n in names]
+    new = [
+        NewTopic(n, num_partitions=partitions, replication_factor=replication, config=config or {})
+        for n in names
+    ]
     new = [t for t in new if t.topic not in existing]
     result.update(_create(admin, new, timeout_s))
     deadline = time.monotonic() + timeout_s
