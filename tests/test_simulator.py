@@ -166,3 +166,35 @@ def test_publish_to_kafka(kafka, topic_prefix: str) -> None:
     finally:
         c.close()
     assert got == {"step_record": 48, "kernel_batch": 48}
+
+
+def test_write_avro_many_blocks_read_back_whole(tmp_path: Path) -> None:
+    """More records than one flush (the old 4,096-record buffer) per file: all read back equal.
+
+    512 ranks x 9 steps = 4,608 records per file. Writing the second flush used to raise "you
+    must use the 'a+' mode" (every fastavro from 1.9 on) and leave truncated files.
+    """
+    run = SimRun.make("compute-straggler", ranks=512, steps=9)
+    records = list(simulate(run))
+    counts = write_avro(iter(records), tmp_path)
+    assert counts == {"steps.avro": 4608, "kernels.avro": 4608}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kernels.avro", "steps.avro"]
+    for fname, suffix in (("steps.avro", "raw.steps"), ("kernels.avro", "raw.kernels")):
+        with open(tmp_path / fname, "rb") as fh:
+            assert sum(1 for _ in fastavro.block_reader(fh)) > 2, fname
+        with open(tmp_path / fname, "rb") as fh:
+            got = list(fastavro.reader(fh))
+        assert got == [rec for s, _key, rec in records if s == suffix], fname
+
+
+def test_write_avro_failure_leaves_no_truncated_file(tmp_path: Path) -> None:
+    """An error mid-run removes the partial files instead of leaving a truncated ``*.avro``."""
+    run = SimRun.make("compute-straggler", ranks=512, steps=9)
+
+    def broken():
+        yield from itertools.islice(simulate(run), 6000)
+        raise RuntimeError("simulator broke")
+
+    with pytest.raises(RuntimeError, match="simulator broke"):
+        write_avro(broken(), tmp_path)
+    assert list(tmp_path.iterdir()) == []

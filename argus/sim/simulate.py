@@ -193,59 +193,55 @@ def write_avro(
 ) -> dict[str, int]:
     """Write simulated records to Avro object container files in ``out_dir``.
 
+    One :class:`fastavro.write.Writer` per file holds the header and sync marker and cuts
+    blocks of ~16 kB (its ``sync_interval``), so a file is written in any number of blocks
+    with every fastavro the project allows (calling ``fastavro.writer`` again on the open
+    file, as before, raised "you must use the 'a+' mode" at the second flush). Files are
+    written as ``NAME.part`` and renamed when all records are in; on an error the parts are
+    removed, so a failed run leaves no truncated ``*.avro``.
+
     Returns
     -------
     dict
         Records written per file name (``steps.avro``, ``kernels.avro``).
     """
+    from fastavro.write import Writer
+
     from argus.schemas.codec import load_schemas
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     schemas = load_schemas()
-    buffers: dict[str, list[dict[str, Any]]] = {}
     handles: dict[str, Any] = {}
+    writers: dict[str, Any] = {}
     counts: dict[str, int] = {}
+    done = False
     try:
         for suffix, _key, rec in records:
             if suffix not in FILES:
                 continue
             fname, schema = FILES[suffix]
-            buf = buffers.setdefault(fname, [])
-            buf.append(rec)
-            if len(buf) >= 4096:
-                _flush(handles, out, fname, schemas[schema].parsed, buf, codec)
-                counts[fname] = counts.get(fname, 0) + len(buf)
-                buf.clear()
-        for fname, buf in buffers.items():
-            schema = next(s for f, s in FILES.values() if f == fname)
-            if buf or fname not in handles:
-                _flush(handles, out, fname, schemas[schema].parsed, buf, codec)
-                counts[fname] = counts.get(fname, 0) + len(buf)
+            w = writers.get(fname)
+            if w is None:
+                fh = handles[fname] = open(out / f"{fname}.part", "wb")  # noqa: SIM115 - closed below
+                w = writers[fname] = Writer(fh, schemas[schema].parsed, codec=codec)
+                counts[fname] = 0
+            w.write(rec)
+            counts[fname] += 1
+        for w in writers.values():
+            w.flush()
+        done = True
     finally:
-        for fh in handles.values():
+        for fname, fh in handles.items():
             fh.close()
+            part = out / f"{fname}.part"
+            if done:
+                part.replace(out / fname)
+            else:
+                part.unlink(missing_ok=True)
     if truth is not None:
         (out / "truth.json").write_text(json.dumps(dict(truth), indent=2) + "\n")
     return counts
-
-
-def _flush(
-    handles: dict[str, Any],
-    out: Path,
-    fname: str,
-    schema: Any,
-    buf: list[dict[str, Any]],
-    codec: str,
-) -> None:
-    import fastavro
-
-    if fname not in handles:
-        fh = open(out / fname, "wb")  # noqa: SIM115 - closed by write_avro
-        handles[fname] = fh
-        fastavro.writer(fh, schema, buf, codec=codec)
-    else:
-        fastavro.writer(handles[fname], schema, buf, codec=codec)
 
 
 def publish(
