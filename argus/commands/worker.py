@@ -95,6 +95,8 @@ def worker(
             config=config,
         )
     metrics.serve(pcfg.metrics_port)
+    # faust's data dir (build_app: <state_dir>/workers/<app id>); faust makes only its last level
+    (settings.state_dir / "workers").mkdir(parents=True, exist_ok=True)
     import faust
 
     faust.Worker(app, loglevel=loglevel, quiet=True).execute_from_commandline()

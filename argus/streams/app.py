@@ -355,6 +355,7 @@ def build_app(
         app_id,
         broker=brokers,
         store="memory://",
+        datadir=str(settings.state_dir / "workers" / app_id),  # not ./<app id>-data
         web_enabled=False,
         topic_replication_factor=pcfg.replication,
         topic_partitions=pcfg.internal_partitions,
