@@ -9,10 +9,10 @@ FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python -m venv /opt/argus
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md constraints.txt ./
 COPY argus ./argus
-# registry extra: Confluent framing when ARGUS_SCHEMA_REGISTRY_URL is set
-RUN /opt/argus/bin/pip install ".[registry]"
+# registry extra: Confluent framing when ARGUS_SCHEMA_REGISTRY_URL is set; the tested versions
+RUN /opt/argus/bin/pip install -c constraints.txt ".[registry]"
 RUN /opt/argus/bin/pip uninstall -y pip setuptools wheel
 
 FROM ${PYTHON_IMAGE}

@@ -5,14 +5,15 @@ BIN      = $(VENV)/bin
 ARGUS    = $(BIN)/argus
 EXTRAS  ?= dev,torch
 
-.PHONY: setup kafka-up kafka-down topics demo test test-fast lint typecheck bench clean fuzz soak
+.PHONY: setup kafka-up kafka-down topics demo test test-fast lint typecheck bench clean fuzz soak \
+        lock deps-latest
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-setup: $(BIN)/python ## create the venv, install argus-trace with extras, fetch the Kafka jars
-	$(BIN)/pip install -q -e ".[$(EXTRAS)]"
+setup: $(BIN)/python ## create the venv, install argus-trace with extras (tested versions), fetch the Kafka jars
+	$(BIN)/pip install -q -c constraints.txt -e ".[$(EXTRAS)]"
 	$(ARGUS) kafka up
 	$(ARGUS) topics create
 
@@ -48,6 +49,21 @@ fuzz: ## hypothesis fuzzing of the codec and every agent input path, 10,000 case
 
 bench: ## every benchmark; results go to BENCHMARKS.md by hand
 	for b in bench/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+lock: ## constraints.txt from the venv's installed versions (after the suite passed on them)
+	$(BIN)/python .ci/lock.py write
+
+LATEST ?= .venv-latest
+deps-latest: ## the newest versions pyproject allows (no constraints) in $(LATEST), then the fast suite
+	rm -rf $(LATEST)
+	$(PY) -m venv $(LATEST)
+	$(LATEST)/bin/pip install -q --upgrade pip
+	$(LATEST)/bin/pip install -q -e ".[$(EXTRAS)]"
+	@echo "== differences from constraints.txt (make lock in this venv pins them):"
+	-$(LATEST)/bin/python .ci/lock.py check --installed
+	@echo "== newer than pyproject allows (a bound to raise, after testing):"
+	$(LATEST)/bin/pip list --outdated
+	ARGUS_DEPS_LATEST=1 $(LATEST)/bin/pytest -q -m "not kafka and not slow"
 
 clean:
 	rm -rf .pytest_cache .mypy_cache .ruff_cache build *.egg-info
