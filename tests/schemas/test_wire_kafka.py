@@ -73,7 +73,9 @@ def test_every_record_type_through_confluent_kafka(kafka: Settings, topic_prefix
         assert rec == recs[name]
 
 
-def test_every_record_type_through_a_faust_agent(kafka: Settings, topic_prefix: str) -> None:
+def test_every_record_type_through_a_faust_agent(
+    kafka: Settings, topic_prefix: str, tmp_path: Path
+) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     AdminClient(kafka.kafka_config()).create_topics([NewTopic(f"{topic_prefix}.echo", 1, 1)])
@@ -97,6 +99,8 @@ def test_every_record_type_through_a_faust_agent(kafka: Settings, topic_prefix: 
             "faust",
             "-A",
             "tests.schemas.faust_echo_app",
+            "--datadir",  # not ./echo-<prefix>-data in the checkout
+            str(tmp_path / "echo-data"),
             "worker",
             "--without-web",
             "-l",
