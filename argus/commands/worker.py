@@ -24,6 +24,15 @@ _ALL = ("compressor", "l1", "l2", "l3", "funnel", "stacks")
     help="serve Prometheus /metrics on 127.0.0.1:PORT (default: streams.metrics_port; 0 = off)",
 )
 @click.option(
+    "--instance-id",
+    default="auto",
+    show_default=True,
+    envvar="ARGUS_WORKER_INSTANCE_ID",
+    help="static group membership id (group.instance.id): a restarted worker with the same id "
+    "gets its partitions back at once. auto: <hostname>-w<slot>, one slot per live worker of "
+    "the role set on this host; off: dynamic membership (docs/pipeline.md, 'Rejoin')",
+)
+@click.option(
     "--loglevel",
     default="warn",
     show_default=True,
@@ -31,7 +40,11 @@ _ALL = ("compressor", "l1", "l2", "l3", "funnel", "stacks")
 )
 @click.pass_context
 def worker(
-    ctx: click.Context, roles: tuple[str, ...], metrics_port: int | None, loglevel: str
+    ctx: click.Context,
+    roles: tuple[str, ...],
+    metrics_port: int | None,
+    instance_id: str,
+    loglevel: str,
 ) -> None:
     """Run one or more pipeline roles until interrupted (SIGINT/SIGTERM stop cleanly).
 
@@ -80,7 +93,9 @@ def worker(
     pcfg = PipelineConfig.from_mapping(settings.section("streams"))
     if metrics_port is not None:
         pcfg = replace(pcfg, metrics_port=metrics_port)
-    app, app_ctx = build_app(settings, _ALL if "all" in chosen else chosen, pcfg=pcfg)
+    app, app_ctx = build_app(
+        settings, _ALL if "all" in chosen else chosen, pcfg=pcfg, instance_id=instance_id
+    )
     from argus.kafka.admin import ensure_topics
 
     for names, config in (  # before faust's first metadata (see ensure_topics)

@@ -337,9 +337,16 @@ def build_app(
     *,
     pcfg: PipelineConfig | None = None,
     app_id: str | None = None,
+    instance_id: str | None = None,
 ) -> tuple[faust.App, Ctx]:
-    """A faust app running the agents of ``roles`` (see :data:`ROLES`)."""
+    """A faust app running the agents of ``roles`` (see :data:`ROLES`).
+
+    ``instance_id``: the consumer's ``group.instance.id`` (static membership, so a restarted
+    worker gets its partitions back at once): ``"auto"``, an explicit id, or None/``"off"``
+    for dynamic membership (:func:`argus.streams.static_membership.resolve`).
+    """
     from argus.detectors.config import DetectorsConfig
+    from argus.streams import static_membership
 
     roles = sorted(set(roles))
     bad = [r for r in roles if r not in ROLES]
@@ -351,6 +358,8 @@ def build_app(
         app_id or f"{settings.topic_prefix}-{'-'.join(roles) if len(roles) < len(ROLES) else 'all'}"
     )
     brokers = ";".join(f"kafka://{h.strip()}" for h in settings.bootstrap_servers.split(","))
+    member = static_membership.resolve(instance_id, app_id, settings.state_dir)
+    log.info("consumer group %s: group.instance.id %s", app_id, member or "(dynamic)")
     app = faust.App(
         app_id,
         broker=brokers,
@@ -370,6 +379,7 @@ def build_app(
         autodiscover=False,
         key_serializer="json",  # tables: str keys and JSON values survive changelog recovery
         value_serializer="json",
+        consumer_group_instance_id=member,  # None: dynamic membership
         **settings.security.faust_app_kwargs(),  # TLS/SASL from argus.kafka.security
     )
     ctx = Ctx(
@@ -382,6 +392,7 @@ def build_app(
         durable=install(app),
     )
     recovery_seek.install(app)  # a faust 0.15 race that drops input after recovery
+    static_membership.install(app)  # a static member still leaves its group on a clean stop
     watch_sends(ctx)
     for role in roles:
         _registrar(role)(ctx)
