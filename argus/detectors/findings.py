@@ -47,7 +47,8 @@ class Finding:
     stream : int or None
         CUDA stream id of the kernel.
     window_start_step, window_end_step : int
-        Inclusive step range of the window.
+        Inclusive step range of the window; a window that ends before it starts (in steps or
+        in ns) is a ``ValueError``, so no detector can emit one.
     window_start_ns, window_end_ns : int
         Event-time span of the window, ns since epoch.
     score, threshold : float
@@ -84,6 +85,15 @@ class Finding:
             raise ValueError(f"level must be one of {LEVELS}, got {self.level!r}")
         if self.kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, got {self.kind!r}")
+        if (
+            self.window_end_step < self.window_start_step
+            or self.window_end_ns < self.window_start_ns
+        ):
+            raise ValueError(
+                f"{self.level} {self.kind} window ends before it starts: steps "
+                f"[{self.window_start_step}, {self.window_end_step}], ns "
+                f"[{self.window_start_ns}, {self.window_end_ns}]"
+            )
         object.__setattr__(self, "ranks", tuple(sorted(int(r) for r in self.ranks)))
         object.__setattr__(
             self, "evidence", MappingProxyType({str(k): str(v) for k, v in self.evidence.items()})

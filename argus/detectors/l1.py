@@ -271,7 +271,9 @@ def detect(
     job : str
     cfg : L1Config
     start_ns, end_ns : (n_steps,) arrays of int, optional
-        Event-time span of each step (ns since epoch), for the findings' windows.
+        Event-time span of each step (ns since epoch), for the findings' windows: a window
+        spans the earliest start and the latest end of its steps (the steps are in step
+        order, not event-time order: a window never ends before it starts).
     ranks : tuple of int
         Ranks the series belongs to (empty for the job series).
     two_sided : bool
@@ -305,8 +307,8 @@ def detect(
                 ranks=ranks,
                 window_start_step=int(st[cp.index]),
                 window_end_step=int(st[cp.end]),
-                window_start_ns=int(s_ns[cp.index]),
-                window_end_ns=int(e_ns[cp.end]),
+                window_start_ns=int(s_ns[cp.index : cp.end + 1].min()),
+                window_end_ns=int(e_ns[cp.index : cp.end + 1].max()),
                 score=cp.ratio,
                 threshold=cfg.cp_min_ratio,
                 baseline=cp.before / 1e6,
@@ -329,8 +331,8 @@ def detect(
                 ranks=ranks,
                 window_start_step=int(st[sp.start]),
                 window_end_step=int(st[sp.end]),
-                window_start_ns=int(s_ns[sp.start]),
-                window_end_ns=int(e_ns[sp.end]),
+                window_start_ns=int(s_ns[sp.start : sp.end + 1].min()),
+                window_end_ns=int(e_ns[sp.start : sp.end + 1].max()),
                 score=sp.ratio,
                 threshold=cfg.spike_ratio,
                 baseline=sp.baseline / 1e6,

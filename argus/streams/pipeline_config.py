@@ -88,12 +88,24 @@ class PipelineConfig:
         Longest iteration or window (s).
     max_future_s : float
         Event time allowed ahead of the receiving wall clock (s).
-    max_past_s : float
-        Event time allowed behind the newest one accepted for the same job (s), never
-        judged against the wall clock so recorded runs (simulator, backfill) pass; 0
-        disables.
+    max_skew_s : float
+        How far a record's event time may drift from its broker timestamp, against its
+        rank's last accepted record, beyond what the steps between them allow (s;
+        :mod:`argus.streams.validate`); 0 disables. Never judged against the wall clock, so
+        recorded runs (simulator, replay, backfill) pass. 3,600: a live rank stays within
+        the collectors' buffering (librdkafka gives up on a record after 30 s), a fast
+        replay drifts by the event time of the steps it advanced (allowed on top); a
+        replayed pause longer than an hour (a preempted job's time in the queue) costs each
+        rank two records in the DLQ before its new offset is taken.
     max_step_jump : int
-        Steps allowed ahead of the newest one accepted for the job; 0 disables.
+        Steps a record may be ahead of its rank's and its job's last accepted records beyond
+        what the event time between them allows at 1,000 steps/s; 0 disables. 1,000: a rank's
+        step records advance 1 step each, its kernel windows one period (50 steps, 51,200
+        backed off) with the event time those steps took, and a rank behind its job catches
+        up against the job; no real job does 1,000 steps in no time. It also bounds what one
+        accepted corrupt step can do: L1 sees a gap of 1,000 steps, the funnel walks 100
+        windows (1,000,000 let a +900,000 step through, and L1 emitted a window that ended
+        before it started).
     dlq_max_value_bytes : int
         Original bytes a DLQ record carries; a longer value is cut to this many bytes and
         the reason says so (the record's topic/partition/offset still point at the whole).
@@ -123,8 +135,8 @@ class PipelineConfig:
     max_duration_s: float = 3600.0
     max_step_s: float = 86400.0
     max_future_s: float = 3600.0
-    max_past_s: float = 6 * 3600.0
-    max_step_jump: int = 1_000_000
+    max_skew_s: float = 3600.0
+    max_step_jump: int = 1000
     dlq_max_value_bytes: int = 900_000
 
     def __post_init__(self) -> None:
@@ -133,7 +145,7 @@ class PipelineConfig:
             if f.name == "metrics_port":
                 if not 0 <= v < 65536:
                     raise ConfigError(f"streams.metrics_port must be 0..65535, got {v}")
-            elif f.name in ("max_past_s", "max_step_jump", "producer_linger_s"):  # 0: off
+            elif f.name in ("max_skew_s", "max_step_jump", "producer_linger_s"):  # 0: off
                 if v < 0:
                     raise ConfigError(f"streams.{f.name} must be >= 0, got {v}")
             elif v <= 0:

@@ -2,29 +2,56 @@
 
 The codec (:mod:`argus.schemas.codec`) rejects bytes that are not a record of the expected
 schema; this module rejects records that decode but make no sense: a rank outside the job's
-world, a negative, NaN or absurd duration, an empty or oversized batch, an event time far in
-the future or far behind the job's newest record. Each check raises :class:`InputError` with a
-short ``reason`` code; the agents send the record to ``argus.dlq`` with that code and the
-original bytes (docs/reliability.md lists every code).
+world, a negative, NaN or absurd duration, an empty or oversized batch, an event time or a
+step that contradicts its own source. Each check raises :class:`InputError` with a short
+``reason`` code; the agents send the record to ``argus.dlq`` with that code and the original
+bytes (docs/reliability.md lists every code).
 
-The validators are pure functions of a record and :class:`Limits`; the time checks need the
-receiving wall clock and the newest event time and step accepted per job, which
-:class:`Frontier` keeps (bounded, in memory: a restarted worker starts with an empty one, so it
-can only be more lenient). :class:`Checker` bundles the three for an agent; ``checker(ctx)``
-gives the one of a worker.
+The validators are pure functions of a record and :class:`Limits`; the skew checks also need
+the receiving wall clock, the record's broker timestamp and what its source sent before,
+which :class:`Clocks` keeps (bounded, in memory: a restarted worker starts afresh).
+:class:`Checker` bundles them for an agent; ``checker(ctx)`` gives the one of a worker.
 
-Event time is judged two ways, because recorded runs (the simulator's fixed 2026 epoch,
-``argus replay`` sources, backfills) legitimately carry old event times:
+**Time and step skew, per source.** Recorded runs (the simulator's fixed 2026 epoch, a
+re-published job, a backfill published faster than real time) carry old event times
+legitimately, so event time is never judged against the wall clock in the past, and no job-
+wide "newest" time exists that one record could move. A *source* is one rank's records of one
+kind in one job (one level's, for anomalies). Its *reference* is the last record it had
+accepted: step ``s0``, event time ``t0`` (the record's end), broker time ``u0`` (the Kafka
+timestamp: the producer's create time) and pace ``p0`` (its event time per step: the larger of
+the record's span and the event time per step since the record before). A record at
+``(s, t, u)`` is rejected when
 
-* **future**: more than ``max_future_s`` ahead of the receiving wall clock (a rank clock or a
-  unit gone wrong); a record this far ahead would hold event-time windows open for that long;
-* **past**: more than ``max_past_s`` behind the newest event time already accepted for the
-  same job and record kind, never against the wall clock; a job replayed from last month is
-  fine, a record hours behind its own job is not. ``max_past_s = 0`` disables it.
+* **future** (``time-skew``): ``t`` is more than ``max_future_s`` ahead of the receiving wall
+  clock (no record describes the future; it would hold event-time windows open);
+* **time** (``time-skew``, records from outside the pipeline: steps, kernel batches, stacks):
+  ``e = (t - t0) - (u - u0)``, how far its event clock ran ahead of the broker's since the
+  reference, is above ``max_skew_s + 2 * max(s - s0, 1) * p0`` (its event time is later than
+  the steps it advanced allow at twice its pace: the wall-clock-stamped record in a replayed
+  job, 6 months ahead after one step) or below ``-max_skew_s`` (older than its source's
+  records, as published: a stale record re-sent). A live source keeps ``e`` near 0 (event and
+  broker time advance together, up to the collectors' ~30 s of buffering); a replay or
+  backfill advances ``e`` by one step's event time per step, within the allowance;
+* **step** (``step-skew``): ``s - s0`` is above ``max_step_jump + MAX_STEP_RATE * (t - t0)``
+  (steps beyond what the event time elapsed allows at 1,000 steps/s) **and** so is its step
+  against the job's reference: a rank behind its job catches up freely; steps going back (a
+  restart from a checkpoint) are always fine.
 
-Steps (and kernel window ids, anomaly windows) more than ``max_step_jump`` ahead of the job's
-newest step are rejected too: downstream windows advance one window at a time up to the
-newest step, so one corrupt step number of 10**15 would stall the funnel.
+Summaries and anomalies are written by the pipeline's own workers from records already
+judged, so their broker time measures a worker's lag (unbounded: a worker down for an hour),
+not their source's clock: they get the future and step checks only.
+
+Which reference judges: the source's own once *confirmed* (a record agreed with the one before
+it); otherwise the job's (the last record accepted from a confirmed source of the same kind and
+job: a rank joining late, a worker's first records after a restart); otherwise none (the first
+records of a job this worker sees are accepted, and the second confirms the first or replaces
+it). A rejected record never moves a reference, so one record cannot move a source's or a
+job's clock: the next good record is judged against the same reference as before it. Three
+records of a source in a row that each agree with the one before but not with the reference
+are a new regime (a replayed job's pause longer than ``max_skew_s``, collectors switched back
+on after many steps): the third is accepted and becomes the reference, the two before it are
+in the DLQ with their reasons. ``max_skew_s = 0`` / ``max_step_jump = 0`` turn the time /
+step check off.
 """
 
 from __future__ import annotations
@@ -33,7 +60,8 @@ import math
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -43,12 +71,16 @@ from argus.schemas.errors import ArgusError
 from argus.streams.summary_record import _summary_columns, batch_columns
 
 __all__ = [
+    "MAX_STEP_RATE",
     "REASONS",
     "Checker",
-    "Frontier",
+    "Clocks",
     "InputError",
     "Limits",
+    "Mark",
     "checker",
+    "step_skew",
+    "time_skew",
     "validate_anomaly",
     "validate_kernel_batch",
     "validate_kernel_summary",
@@ -103,10 +135,12 @@ class Limits:
         Longest iteration (``end_ns - start_ns``) or window (s).
     max_future_s : float
         Event time allowed ahead of the receiving wall clock (s).
-    max_past_s : float
-        Event time allowed behind the newest one accepted for the job (s); 0 disables.
+    max_skew_s : float
+        How far a record's event time may drift from its broker time against its source's
+        reference, beyond what its steps allow (s; module doc); 0 disables.
     max_step_jump : int
-        Steps (window ids) allowed ahead of the newest one accepted for the job; 0 disables.
+        Steps (window ids) allowed ahead of the source's and the job's reference beyond what
+        the event time elapsed allows (module doc); 0 disables.
     """
 
     max_batch_events: int = 2_000_000
@@ -117,8 +151,8 @@ class Limits:
     max_duration_s: float = 3600.0
     max_step_s: float = 86400.0
     max_future_s: float = 3600.0
-    max_past_s: float = 6 * 3600.0
-    max_step_jump: int = 1_000_000
+    max_skew_s: float = 3600.0
+    max_step_jump: int = 1000
 
     @classmethod
     def from_pipeline(cls, pcfg: Any) -> Limits:
@@ -347,95 +381,269 @@ def validate_anomaly(rec: Mapping[str, Any], limits: Limits, raw: bytes | None =
 
 
 # -- time and step skew -------------------------------------------------------------------------
-class Frontier:
-    """Newest event time (ns) and step accepted per ``(kind, job)``, for the skew checks.
+MAX_STEP_RATE = 1000.0
+"""Steps per second of event time no training job exceeds (no training step takes < 1 ms)."""
 
-    Bounded: the ``max_jobs`` least recently seen jobs are forgotten (a forgotten job's
-    next record is judged against the wall clock only).
+
+def _iso(ns: int) -> str:
+    try:
+        return datetime.fromtimestamp(ns / _NS, UTC).isoformat(timespec="milliseconds")
+    except (OverflowError, OSError, ValueError):
+        return f"{ns} ns"
+
+
+@dataclass(slots=True)
+class Mark:
+    """What the skew checks keep of one record of a source.
+
+    Attributes
+    ----------
+    step : int
+        Step or window id.
+    t_ns : int
+        Event time (the record's end), ns since the epoch.
+    u_ns : int
+        Broker timestamp (the producer's create time), ns since the epoch; the receiving wall
+        clock for a record without one.
+    pace_ns : float
+        The source's event time per step, ns (>= 1): the larger of the record's own span and
+        the event time per step since the source's previous record.
+    confirmed : bool
+        The record agreed with an earlier one of its source, with its job's reference, or ended
+        a regime change (:class:`Clocks`).
     """
 
-    def __init__(self, max_jobs: int = 4096) -> None:
+    step: int
+    t_ns: int
+    u_ns: int
+    pace_ns: float
+    confirmed: bool = False
+
+
+def time_skew(m: Mark, ref: Mark, max_skew_s: float) -> str | None:
+    """Why ``m``'s event time disagrees with reference ``ref`` of its source, or None.
+
+    ``e = (m.t - ref.t) - (m.u - ref.u)``: how far the event clock ran ahead of the broker's
+    since ``ref``. Allowed: ``e <= max_skew_s + 2 * max(m.step - ref.step, 1) * ref.pace``
+    (ahead: the steps done since, at twice the source's pace, plus the tolerance) and
+    ``e >= -max_skew_s`` (behind).
+    """
+    e = (m.t_ns - ref.t_ns) - (m.u_ns - ref.u_ns)
+    steps = max(m.step - ref.step, 1)
+    ahead = max_skew_s * _NS + 2.0 * steps * ref.pace_ns
+    if e <= ahead and e >= -max_skew_s * _NS:
+        return None
+    way, lim = ("ahead of", ahead) if e > 0 else ("behind", max_skew_s * _NS)
+    return (
+        f"event time {_iso(m.t_ns)} with broker time {_iso(m.u_ns)} is {abs(e) / _NS:.0f} s "
+        f"further {way} the broker's clock than at step {ref.step} (event time "
+        f"{_iso(ref.t_ns)}, broker time {_iso(ref.u_ns)}); allowed {lim / _NS:.0f} s "
+        f"(max_skew_s {max_skew_s:g}"
+        + (f" + 2 x {steps} steps x {ref.pace_ns / _NS:.3g} s)" if e > 0 else ")")
+    )
+
+
+def step_skew(m: Mark, ref: Mark, max_step_jump: int) -> str | None:
+    """Why ``m``'s step is too far ahead of reference ``ref``, or None.
+
+    Allowed: ``m.step - ref.step <= max_step_jump + MAX_STEP_RATE * max(m.t - ref.t, 0) s``;
+    steps behind are always fine (a job restarted from a checkpoint).
+    """
+    dt_s = max(m.t_ns - ref.t_ns, 0) / _NS
+    allowed = max_step_jump + MAX_STEP_RATE * dt_s
+    jump = m.step - ref.step
+    if jump <= allowed:
+        return None
+    return (
+        f"{jump} steps ahead of step {ref.step} after {dt_s:.0f} s of event time; allowed "
+        f"{allowed:.0f} (max_step_jump {max_step_jump} + {MAX_STEP_RATE:g} steps/s)"
+    )
+
+
+@dataclass(slots=True)
+class _Source:
+    ref: Mark | None = None
+    pending: list[Mark] = field(default_factory=list)  # rejected in a row since ref, <= 2
+
+
+class Clocks:
+    """Per-source references of the skew checks (see the module doc), bounded.
+
+    A *source* is one rank's records of one kind (one level's, for anomalies) in one job. The
+    reference of a source is the last record it had accepted; a job's reference is the last
+    record accepted from a confirmed source of it. The ``max_sources`` sources and
+    ``max_jobs`` jobs least recently seen are forgotten (judged afresh, as after a restart).
+    """
+
+    def __init__(self, max_sources: int = 1 << 17, max_jobs: int = 4096) -> None:
+        self.max_sources = max_sources
         self.max_jobs = max_jobs
-        self._newest: OrderedDict[tuple[str, str], tuple[int, int]] = OrderedDict()
+        self._src: OrderedDict[tuple[str, str, str], _Source] = OrderedDict()
+        self._jobs: OrderedDict[tuple[str, str], Mark] = OrderedDict()
 
-    def newest(self, kind: str, job: str) -> tuple[int, int] | None:
-        """``(newest step, newest event time ns)`` accepted, or None."""
-        return self._newest.get((kind, job))
+    def reference(self, kind: str, job: str, who: str) -> Mark | None:
+        """The source's reference (its last accepted record), or None."""
+        s = self._src.get((kind, job, who))
+        return None if s is None else s.ref
 
-    def check(self, kind: str, job: str, step: int, t_ns: int, limits: Limits, now_ns: int) -> None:
-        """Raise ``time-skew`` / ``step-skew`` for a record of ``job`` at (``step``, ``t_ns``)."""
-        ahead = t_ns - now_ns
-        if ahead > limits.max_future_s * _NS:
-            raise InputError(
-                "time-skew",
-                f"{kind} of {job} at event time {t_ns} is {ahead / _NS:.0f} s ahead of the wall "
-                f"clock (max_future_s {limits.max_future_s})",
-            )
-        seen = self._newest.get((kind, job))
-        if seen is None:
-            return
-        s0, t0 = seen
-        if limits.max_past_s and t0 - t_ns > limits.max_past_s * _NS:
-            raise InputError(
-                "time-skew",
-                f"{kind} of {job} at event time {t_ns} is {(t0 - t_ns) / _NS:.0f} s behind the "
-                f"job's newest record (max_past_s {limits.max_past_s})",
-            )
-        if limits.max_step_jump and step - s0 > limits.max_step_jump:
-            raise InputError(
-                "step-skew",
-                f"{kind} of {job} at step {step} is {step - s0} steps ahead of the job's newest "
-                f"step {s0} (max_step_jump {limits.max_step_jump})",
-            )
+    def job_reference(self, kind: str, job: str) -> Mark | None:
+        """The job's reference (last record accepted from a confirmed source), or None."""
+        return self._jobs.get((kind, job))
 
-    def advance(self, kind: str, job: str, step: int, t_ns: int) -> None:
-        """Record an accepted record of ``job``."""
-        key = (kind, job)
-        seen = self._newest.pop(key, None)
-        self._newest[key] = (
-            (step, t_ns) if seen is None else (max(seen[0], step), max(seen[1], t_ns))
-        )
-        while len(self._newest) > self.max_jobs:
-            self._newest.popitem(last=False)
+    def check(
+        self,
+        kind: str,
+        job: str,
+        who: str,
+        *,
+        step: int,
+        t_ns: int,
+        u_ns: int,
+        span_ns: int,
+        limits: Limits,
+        timed: bool,
+    ) -> None:
+        """Judge one record of source ``who`` (``"rank 3"``); remember it when accepted.
+
+        Raises :class:`InputError` ``time-skew`` (``timed`` kinds only) or ``step-skew``.
+        """
+        key = (kind, job, who)
+        src = self._src.get(key)
+        if src is None:
+            src = self._src[key] = _Source()
+            while len(self._src) > self.max_sources:
+                self._src.popitem(last=False)
+        else:
+            self._src.move_to_end(key)
+        own, jref = src.ref, self._jobs.get((kind, job))
+
+        def mark(prev: Mark | None) -> Mark:  # the record, its pace measured since ``prev``
+            pace = float(max(span_ns, 1))
+            if prev is not None and step > prev.step and t_ns > prev.t_ns:
+                pace = max(pace, (t_ns - prev.t_ns) / (step - prev.step))
+            return Mark(step, t_ns, u_ns, pace)
+
+        m = mark(own)
+        judge = own if own is not None and own.confirmed else jref
+        why = None if judge is None else self._disagrees(m, judge, jref, limits, timed)
+        if why is None:
+            # agreeing with a confirmed reference confirms; with no reference, agreeing with
+            # the source's own unconfirmed last record does (the first records of a job)
+            m.confirmed = judge is not None or (
+                own is not None and self._disagrees(m, own, None, limits, timed) is None
+            )
+        else:
+            m = mark(src.pending[-1] if src.pending else own)  # its pace within the run
+            if not (
+                len(src.pending) == 2
+                and self._disagrees(src.pending[1], src.pending[0], None, limits, timed) is None
+                and self._disagrees(m, src.pending[1], None, limits, timed) is None
+            ):
+                src.pending = [*src.pending[-1:], m]
+                reason, what = why
+                raise InputError(reason, f"{kind} of {job} {who} step {step}: {what}")
+            m.confirmed = True  # three in a row that agree: the source's new regime
+        src.ref = m
+        src.pending = []
+        if m.confirmed:
+            jk = (kind, job)
+            self._jobs.pop(jk, None)
+            self._jobs[jk] = m
+            while len(self._jobs) > self.max_jobs:
+                self._jobs.popitem(last=False)
+
+    @staticmethod
+    def _disagrees(
+        m: Mark, ref: Mark, jref: Mark | None, limits: Limits, timed: bool
+    ) -> tuple[str, str] | None:
+        """``(reason, what)`` when ``m`` disagrees with ``ref``: time (``timed``), or a step
+        too far ahead of ``ref`` and of ``jref`` (when given); else None."""
+        if timed and limits.max_skew_s:
+            why = time_skew(m, ref, limits.max_skew_s)
+            if why is not None:
+                return "time-skew", why
+        if limits.max_step_jump:
+            why = step_skew(m, ref, limits.max_step_jump)
+            if why is not None and jref is not None and jref is not ref:
+                if step_skew(m, jref, limits.max_step_jump) is None:
+                    why = None  # ahead of its own last record only (a rank catching up)
+                else:
+                    why = f"{why}; its job's reference is at step {jref.step}"
+            if why is not None:
+                return "step-skew", why
+        return None
 
 
 class Checker:
-    """The validators of one worker: :class:`Limits`, a :class:`Frontier`, a wall clock.
+    """The validators of one worker: :class:`Limits`, :class:`Clocks`, a wall clock.
 
-    Each method validates one decoded record, then its event time and step, and advances the
-    job's frontier when the record is accepted; it raises :class:`InputError` (or the
-    :class:`~argus.streams.summary_record.BatchError` of inconsistent columns) otherwise.
+    Each method validates one decoded record, then its event time and step; it raises
+    :class:`InputError` (or the :class:`~argus.streams.summary_record.BatchError` of
+    inconsistent columns) for a bad one. ``broker_s`` is the record's Kafka timestamp in
+    seconds (faust's ``event.message.timestamp``: the producer's create time); without one
+    (None, <= 0) the receiving wall clock stands in.
     """
 
     def __init__(self, limits: Limits, clock_ns: Callable[[], int] = time.time_ns) -> None:
         self.limits = limits
-        self.frontier = Frontier()
+        self.clocks = Clocks()
         self.clock_ns = clock_ns
 
-    def _time(self, kind: str, job: str, step: int, t_ns: int) -> None:
-        self.frontier.check(kind, job, step, t_ns, self.limits, self.clock_ns())
-        self.frontier.advance(kind, job, step, t_ns)
+    def _time(
+        self,
+        kind: str,
+        rec: Mapping[str, Any],
+        who: str,
+        step: int,
+        span: tuple[str, str] = ("window_start_ns", "window_end_ns"),
+        broker_s: float | None = None,
+        timed: bool = True,
+    ) -> None:
+        """The future check, then :meth:`Clocks.check` of ``rec`` (event time: ``span``)."""
+        job, t0, t_ns = rec["job"], int(rec[span[0]]), int(rec[span[1]])
+        now = self.clock_ns()
+        ahead = t_ns - now
+        if ahead > self.limits.max_future_s * _NS:
+            raise InputError(
+                "time-skew",
+                f"{kind} of {job} {who} step {step}: event time {_iso(t_ns)} is "
+                f"{ahead / _NS:.0f} s ahead of the wall clock (max_future_s "
+                f"{self.limits.max_future_s:g})",
+            )
+        u_ns = round(broker_s * 1000) * 1_000_000 if broker_s and broker_s > 0 else now
+        self.clocks.check(
+            kind, job, who, step=step, t_ns=t_ns, u_ns=u_ns, span_ns=t_ns - t0,
+            limits=self.limits, timed=timed,
+        )  # fmt: skip
 
-    def step(self, rec: Mapping[str, Any], raw: bytes | None = None) -> None:
+    def step(
+        self, rec: Mapping[str, Any], raw: bytes | None = None, *, broker_s: float | None = None
+    ) -> None:
         validate_step(rec, self.limits, raw)
-        self._time("step", rec["job"], int(rec["step"]), int(rec["end_ns"]))
+        rank, step = f"rank {rec['rank']}", int(rec["step"])
+        self._time("step_record", rec, rank, step, ("start_ns", "end_ns"), broker_s)
 
-    def kernel_batch(self, batch: Mapping[str, Any]) -> int:
+    def kernel_batch(self, batch: Mapping[str, Any], *, broker_s: float | None = None) -> int:
         n = validate_kernel_batch(batch, self.limits)
-        self._time("kernels", batch["job"], int(batch["window_id"]), int(batch["window_end_ns"]))
+        rank, step = f"rank {batch['rank']}", int(batch["window_id"])
+        self._time("kernel_batch", batch, rank, step, broker_s=broker_s)
         return n
 
     def kernel_summary(self, rec: Mapping[str, Any], raw: bytes | None = None) -> None:
         validate_kernel_summary(rec, self.limits, raw)
-        self._time("summary", rec["job"], int(rec["window_id"]), int(rec["window_end_ns"]))
+        rank, step = f"rank {rec['rank']}", int(rec["window_id"])
+        self._time("kernel_summary", rec, rank, step, timed=False)
 
-    def stack_batch(self, rec: Mapping[str, Any], raw: bytes | None = None) -> None:
+    def stack_batch(
+        self, rec: Mapping[str, Any], raw: bytes | None = None, *, broker_s: float | None = None
+    ) -> None:
         validate_stack_batch(rec, self.limits, raw)
-        self._time("stacks", rec["job"], 0, int(rec["window_end_ns"]))
+        self._time("stack_batch", rec, f"rank {rec['rank']}", 0, broker_s=broker_s)
 
     def anomaly(self, rec: Mapping[str, Any], raw: bytes | None = None) -> None:
         validate_anomaly(rec, self.limits, raw)
-        self._time("anomaly", rec["job"], int(rec["window_end_step"]), int(rec["window_end_ns"]))
+        level, step = f"level {rec['level']}", int(rec["window_end_step"])
+        self._time("anomaly", rec, level, step, timed=False)
 
 
 def checker(ctx: Any) -> Checker:

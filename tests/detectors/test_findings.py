@@ -59,3 +59,15 @@ def test_bad_level_or_kind() -> None:
         _f(level="L9")
     with pytest.raises(ValueError, match="kind"):
         _f(kind="bogus")
+
+
+def test_no_finding_ends_before_it_starts() -> None:
+    """Issue 19: an anomaly whose window ends before it starts cannot be built, so no
+    detector can emit one (the funnel used to send such an L1 finding to the DLQ)."""
+    with pytest.raises(ValueError, match="ends before it starts"):
+        _f(window_start_step=20, window_end_step=19)
+    with pytest.raises(ValueError, match="ends before it starts"):
+        _f(window_start_ns=5, window_end_ns=4)
+    with pytest.raises(ValueError, match="ends before it starts"):
+        _f().with_window(10, 19, 5, 4)
+    _f(window_start_step=19, window_end_step=19, window_start_ns=4, window_end_ns=4)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from argus.detectors import l1
 from argus.detectors.config import L1Config
@@ -116,3 +118,40 @@ def test_history_is_bounded_and_merges_late_ranks() -> None:
     assert (start[2], end[2]) == (390, 430)
     h.push(0, 99.0)  # older than the window: ignored
     assert len(h) == 4 and h.arrays()[0].tolist() == [2, 3, 4, 5]
+
+
+def test_a_window_spans_its_steps_when_step_and_event_order_disagree() -> None:
+    """Issue 19: a step +900,000 ahead whose record ended before the later real steps (it
+    arrived among them) sorts last; the regression window through it used the start of its
+    first step and the end of its last, and ended before it started."""
+    sec = 10**9
+    steps = np.array([*range(60), 900_039])
+    x = np.where(steps < 48, 0.5, 1.0) * sec
+    start = np.array([*(s * 2 * sec for s in range(60)), 80 * sec])  # the jump: at step 40's
+    end = start + x.astype(np.int64)
+    found = l1.detect(steps, x, job="j", start_ns=start, end_ns=end)
+    (last,) = [f for f in found if f.window_end_step == 900_039]
+    assert last.kind == "regression" and last.window_start_step == 48
+    assert (last.window_start_ns, last.window_end_ns) == (80 * sec, int(end[59]))
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_no_window_ends_before_it_starts(data: st.DataObject) -> None:
+    """Any series, any step gaps (+900,000 included), step spans in any event-time order:
+    every finding's window covers the spans of its steps."""
+    n = data.draw(st.integers(2, 120))
+    gaps = data.draw(st.lists(st.sampled_from([1, 1, 1, 2, 900_000]), min_size=n, max_size=n))
+    steps = np.cumsum(gaps)
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    x = 100e6 * np.exp(rng.normal(0, 0.03, n))
+    for _ in range(data.draw(st.integers(0, 3))):  # spikes and level shifts
+        i = int(rng.integers(n))
+        x[i:] *= float(rng.choice([0.5, 3.0]))
+        x[int(rng.integers(n))] *= 20
+    start = rng.integers(0, 10**12, n)
+    end = start + x.astype(np.int64)
+    for f in l1.detect(steps, x, job="j", start_ns=start, end_ns=end):
+        assert f.window_start_step <= f.window_end_step
+        sel = (steps >= f.window_start_step) & (steps <= f.window_end_step)
+        assert f.window_start_ns == start[sel].min() and f.window_end_ns == end[sel].max()

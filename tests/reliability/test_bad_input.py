@@ -116,14 +116,16 @@ def test_bad_records_go_to_the_dlq_and_the_worker_goes_on(
             "raw.steps",
             CODEC.encode("step_record", step("j", 2, now + 2 * 86400 * SEC)),
         ),
-        "step-skew": ("raw.steps", CODEC.encode("step_record", step("good", 10**12, t0))),
+        # issue 19: +900,000 steps passed the old bound (1,000,000); L1 then emitted a window
+        # that ended before it started
+        "step-skew": ("raw.steps", CODEC.encode("step_record", step("good", 900_002, t0))),
         "empty": ("raw.kernels", CODEC.encode("kernel_batch", batch("j", 1, t0, 0))),
         "too-large": ("raw.kernels", CODEC.encode("kernel_batch", batch("j", 2, t0, CAP + 1))),
         "bad-field": ("raw.stacks", CODEC.encode("stack_batch", stack)),
     }
     million = CODEC.encode("kernel_batch", batch("big", 3, t0, CAP))
     try:
-        for s in range(3):  # good records first: the job's frontier for the skew checks
+        for s in range(3):  # good records first: the rank's reference for the skew checks
             send("raw.steps", CODEC.encode("step_record", step("good", s, t0)), b"good/0")
         for suffix, value in bad.values():
             send(suffix, value)

@@ -74,7 +74,7 @@ def register_compressor(ctx: Ctx) -> None:
                 raw = event.message.value or b""
                 try:
                     batch = ctx.codec.decode_as("kernel_batch", raw)
-                    checker(ctx).kernel_batch(batch)
+                    checker(ctx).kernel_batch(batch, broker_s=event.message.timestamp)
                     who = f"{batch['job']}/{batch['rank']}"
                     since[who] += 1
                     if since[who] >= _REANNOUNCE:

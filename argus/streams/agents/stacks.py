@@ -69,7 +69,7 @@ def register(ctx: Ctx) -> None:
 
     async def route(event: faust.EventT) -> list[tuple[str, Any]]:
         rec = ctx.codec.decode_as("stack_batch", event.message.value)
-        checker(ctx).stack_batch(rec, event.message.value)
+        checker(ctx).stack_batch(rec, event.message.value, broker_s=event.message.timestamp)
         return [
             (
                 f"{rec['job']}/{rec['rank']}",

@@ -428,7 +428,8 @@ def _register(ctx: Ctx, level: str) -> None:
 
         async def route(event: faust.EventT) -> list[tuple[str, Any]]:
             rec = ctx.codec.decode_as("step_record", event.message.value)
-            checker(ctx).step(rec, event.message.value)  # reason-coded InputError first
+            # reason-coded InputError first
+            checker(ctx).step(rec, event.message.value, broker_s=event.message.timestamp)
             validate_step_record(rec)
             _collector_metrics(rec["job"], rec)
             return route_step(rec, block_ranks)
