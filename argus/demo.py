@@ -38,8 +38,7 @@ __all__ = ["DemoResult", "run_demo"]
 ROLE_SPLIT = (("l1", "l2", "funnel", "stacks"), ("compressor", "l3"))
 DEMO_STREAMS = {  # shorter windows than production so the demo ends in a minute
     "ARGUS_STREAMS__INTERNAL_PARTITIONS": "2",
-    "ARGUS_STREAMS__STEP_GRACE_S": "5",
-    "ARGUS_STREAMS__L3_GRACE_S": "5",
+    "ARGUS_STREAMS__IDLE_CLOSE_S": "8",
     "ARGUS_STREAMS__FUNNEL_GRACE_S": "4",
     "ARGUS_STREAMS__FUNNEL_IDLE_S": "6",
 }

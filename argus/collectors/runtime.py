@@ -146,6 +146,7 @@ class Collector:
         self._step_ev: Any = None
         self._window_open = False
         self._window_first_step = 0
+        self._covered = False
         self._window_wall = 0
         self._window_steps = 0
         self._kernel_oh_pending_ns = 0
@@ -211,6 +212,7 @@ class Collector:
                 return
             self.in_step = False
             dur = t0 - self._step_mono
+            self._covered = self._window_open  # a kernel batch will cover this step
             if self._window_open:
                 self._window_steps += 1
                 if self._window_steps >= self._active_now() or not self.kernels_on:
@@ -231,7 +233,7 @@ class Collector:
     def _queue_step(self, dur_ns: int, oh_ns: int) -> None:
         items = self.items
         self.items = []
-        meta = (self.step_index, self._step_wall, self._step_mono, oh_ns)
+        meta = (self.step_index, self._step_wall, self._step_mono, oh_ns, self._covered)
         if self._resolver is not None:
             end_ev = self.clock.mark()
             self._resolver.submit(meta, self._step_ev, end_ev, items)
@@ -248,8 +250,10 @@ class Collector:
 
     def _emit_resolved(self, meta: Any, phases: list[tuple[str, str, int, int]], dur: int) -> None:
         # resolver thread: phase offsets are already relative to the step start event
-        step, wall, _mono, oh = meta
-        rec = self._record_dict(step, wall, dur, oh, [(n, k, wall + s, d) for n, k, s, d in phases])
+        step, wall, _mono, oh, covered = meta
+        rec = self._record_dict(
+            step, wall, dur, oh, [(n, k, wall + s, d) for n, k, s, d in phases], covered
+        )
         self.producer.submit(
             self.topics["raw.steps"],
             self.key,
@@ -261,13 +265,20 @@ class Collector:
 
     def _step_record(self, meta: Any, items: list[PhaseItem], dur_ns: int) -> dict[str, Any]:
         # delivery thread
-        step, wall, mono, oh = meta
+        step, wall, mono, oh, covered = meta
         phases = [(n, k, wall + (s - mono), d) for n, k, s, d in aggregate_phases(items)]
-        return self._record_dict(step, wall, dur_ns, oh, phases)
+        return self._record_dict(step, wall, dur_ns, oh, phases, covered)
 
     def _record_dict(
-        self, step: int, wall: int, dur: int, oh: int, phases: list[tuple[str, str, int, int]]
+        self,
+        step: int,
+        wall: int,
+        dur: int,
+        oh: int,
+        phases: list[tuple[str, str, int, int]],
+        covered: bool = False,
     ) -> dict[str, Any]:
+        """A ``step_record``; ``covered``: a kernel batch of this rank covers the step."""
         p = self.producer
         return {
             "job": self.job,
@@ -288,6 +299,7 @@ class Collector:
                 "errors": self.errors + p.errors,
                 "queue_depth": p.queue_depth,
                 "backed_off": self.budget.backed_off,
+                "kernels": covered,
             },
         }
 

@@ -164,6 +164,7 @@ def simulate(
                         "errors": 0,
                         "queue_depth": 0,
                         "backed_off": False,
+                        "kernels": bool(run.kernels and s % run.kernel_every == 0),
                     },
                 },
             )

@@ -89,13 +89,12 @@ async def _run(
         for key, item in route_step(rec, ctx.pcfg.steps_block_ranks):
             st = block_state.setdefault(key, blocks.new(key))
             await blocks.add(key, st, item, 0.0)
-        while ctx.internal_msgs:  # the blocks' digests, on to the job tier
-            topic, job, msg = ctx.internal_msgs.pop(0)
-            if topic != "steps-by-job":
-                continue
-            st = state.setdefault(job, st_impl.new(job))
-            for digest in msg["items"]:
-                await st_impl.add(job, st, digest, 0.0)
+        await _digests(ctx, st_impl, state)
+    for key, st in block_state.items():  # end of input: what a live idle close does
+        await blocks.finish(key, st)
+    await _digests(ctx, st_impl, state)
+    for job, st in state.items():
+        await st_impl.finish(job, st)
     routing = Routing.from_config(ctx.detectors.routing)
     l3 = _L3(ctx, routing, ctx.table("l3-cells"))  # type: ignore[arg-type]
     l3_state: dict[str, Any] = {}
@@ -110,9 +109,19 @@ async def _run(
             "v": base64.b64encode(ctx.codec.encode("kernel_summary", dict(rec))).decode(),
         }
         await l3.add(key, st, item, 0.0)
-    for key, st in l3_state.items():  # the last, partial blocks (a live tick does this)
-        if st["block"]:
-            await l3.run_block(key, st)
+    for key, st in l3_state.items():  # end of input: what a live idle close does
+        await l3.finish(key, st)
+
+
+async def _digests(ctx: _OfflineCtx, st_impl: Any, state: dict[str, Any]) -> None:
+    """Hand the blocks' digests on to the job tier."""
+    while ctx.internal_msgs:
+        topic, job, msg = ctx.internal_msgs.pop(0)
+        if topic != "steps-by-job":
+            continue
+        st = state.setdefault(job, st_impl.new(job))
+        for digest in msg["items"]:
+            await st_impl.add(job, st, digest, 0.0)
 
 
 def replay_stream(

@@ -17,10 +17,24 @@ class PipelineConfig:
 
     Attributes
     ----------
-    step_grace_s : float
-        Processing time a step window waits for missing ranks before it closes anyway (s).
-        10 s: longer than a normal step's spread of arrival, short against the 5 s latency
-        bar only when a rank is missing (which is then itself reported).
+    lateness_steps : int
+        Allowed lateness of the steps roles, in steps of event time: a step closes without
+        a rank that stopped reporting once the peers' watermark (the upper median of the
+        block's ranks' newest steps) passed it by this many steps (:mod:`argus.streams.windows`).
+        Arrival skew between ranks below it (lag, a restart, a broker outage, uneven
+        partitions) changes no finding; the job tier waits ``2 * lateness_steps + 1`` for a
+        whole block. 32: one 8 MiB fetch (``fetch_bytes``) of a partition holding ~150 ranks'
+        ~2 KB step records runs ~27 steps ahead of the other partitions, inside it; at 15
+        steps/min a rank that stopped is reported ~2 min later.
+    l3_lateness_windows : int
+        The same for L3's kernel windows (window ids of event time). 4: a window spans one or
+        more steps, and a dead rank's scope waits only this many windows for it.
+    idle_close_s : float
+        Processing time a key (a rank block, a job, an L3 scope) may go without input in
+        this worker before its pending windows close **incomplete** (no ``missing_rank`` comes
+        from them, their findings say so): the end of a job whose last steps lack a rank, or
+        memory of a stalled one. Not a detection mechanism; 120 s outlasts a broker restart
+        and a worker's rejoin, so neither closes a window early (s).
     steps_block_ranks : int
         Consecutive ranks per rank block of the steps roles (:mod:`argus.streams.step_digest`):
         a job's step records spread over workers by block, and the per-job tier receives one
@@ -29,8 +43,6 @@ class PipelineConfig:
     l2_window_steps : int
         Closed steps per L2 evaluation (sliding). 4: medians over 4 steps tame jitter while
         a straggler still shows within one step of onset.
-    l3_grace_s : float
-        Processing time an L3 window waits for the last rank's summary (s).
     l3_windows : int
         Kernel windows (steps) per L3 evaluation, aligned blocks. 10, as the funnel window
         and ``argus diagnose``: enough events per rank for stable distributions (4 gave
@@ -111,10 +123,11 @@ class PipelineConfig:
         the reason says so (the record's topic/partition/offset still point at the whole).
     """
 
-    step_grace_s: float = 10.0
+    lateness_steps: int = 32
+    l3_lateness_windows: int = 4
+    idle_close_s: float = 120.0
     steps_block_ranks: int = 256
     l2_window_steps: int = 4
-    l3_grace_s: float = 20.0
     l3_windows: int = 10
     funnel_window_steps: int = 10
     funnel_grace_s: float = 15.0

@@ -1,101 +1,182 @@
-"""Step windows that close when every expected rank reported or a grace period passed.
+"""Step windows on event time: a step closes when every expected source is accounted for.
 
-Pure bookkeeping over a JSON-able ``dict`` (so a faust table can hold it and its changelog
-can restore it): the stream agents keep the payloads elsewhere and ask this module which
-steps are complete. A rank that never reports does not hang a window: the step closes
-with that rank listed as missing (itself a finding) once it is ``grace_s`` old (processing
-time) **and** either the key went quiet for ``grace_s`` (the job stalled: a dead rank stops
-synchronous training) or ``skew_steps`` newer steps arrived (the job went on without the
-rank). The second condition keeps a lagging consumer, whose records arrive late but keep
-arriving, from declaring ranks missing that are merely queued.
+Pure bookkeeping over a JSON-able :class:`WindowState` (a faust table holds it and its
+changelog restores it); the roles keep the payloads elsewhere and ask this module which
+steps closed. A *source* is whatever reports a step once: a rank (rank blocks, L3 scopes)
+or a rank block (the job tier). A step is an event-time unit (a training step, a kernel
+window id). Nothing here reads a clock: lag, a crash or a restart may delay a close, never
+change what closes with which sources.
 
-State layout::
+Each source's own records arrive in order (the raw topics are keyed by ``job/rank``, every
+hop after keeps a key's order), so its newest step is its **watermark**. A pending step
+``k`` closes
 
-    {"pending": {"<step>": {"t0": <s>, "exp": <n>, "got": [<rank>, ...]}},
-     "closed": [<step>, ...],     # most recent closed steps, bounded
-     "newest": <step>, "t_last": <s>,   # newest step seen, time of the last report
-     "late": <n>}                 # records for steps already closed (counted, not used)
+* **complete**: every expected source reported ``k``;
+* **with skipped sources**: every expected source either reported ``k`` or has a newer
+  step (it went past ``k`` without reporting it: that record was dropped upstream, a real
+  ``missing_rank``);
+* **with stalled sources** (``timed_out``): the peers' watermark, the upper median of the
+  sources' newest steps, passed ``lateness`` newer steps than ``k`` (steps some source
+  reported: window ids may be sparse): the job went on without the sources that are not
+  accounted for (a rank that stopped reporting). Arrival skew
+  between sources within ``lateness`` steps changes nothing; a source further behind is
+  reported missing and its records for the closed step are counted ``late``.
+
+Closability is monotone in the step (a source that reported ``k + 1`` passed ``k``), so steps
+close in order. Two bounds are not event time and say so: ``max_pending`` caps memory (the
+oldest pending step closes **incomplete**), and :func:`flush` closes every pending step
+incomplete, for a driver whose key went idle in processing time (a finished or stalled job)
+and for the offline driver at the end of its input. An incomplete step names no missing
+source: who would have come is unknown.
 """
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
-from typing import Any
+from typing import Literal, TypedDict
 
-__all__ = ["SKEW_STEPS", "ClosedStep", "add", "expire", "new_state"]
+__all__ = [
+    "LATENESS_STEPS",
+    "MAX_PENDING",
+    "ClosedStep",
+    "PendingStep",
+    "Status",
+    "WindowState",
+    "add",
+    "flush",
+    "new_state",
+]
 
 _MAX_CLOSED = 256
-SKEW_STEPS = 8
-"""Newer steps after which a timed-out step closes even while its key is not quiet."""
+LATENESS_STEPS = 32
+"""Steps the peers' watermark must pass a step by before its silent sources are missing."""
+MAX_PENDING = 512
+"""Pending steps per key before the oldest closes incomplete (memory bound)."""
+
+Status = Literal["new", "dup", "late"]
+
+
+class PendingStep(TypedDict):
+    """A step still open: how many sources are expected, which reported."""
+
+    exp: int
+    got: list[int]
+
+
+class WindowState(TypedDict):
+    """The windows of one key (JSON: string step keys and string source keys)."""
+
+    pending: dict[str, PendingStep]
+    closed: list[int]  # most recently closed steps, ascending, bounded
+    newest: int  # newest step any source reported
+    src: dict[str, int]  # source -> newest step it reported (its watermark)
+    late: int  # reports for steps already closed (counted, not used)
 
 
 @dataclass(frozen=True)
 class ClosedStep:
-    """A step that closed: the ranks that reported, and how many were expected."""
+    """A step that closed: the sources that reported, and how many were expected.
+
+    ``timed_out``: closed with stalled sources (the peers passed it by the lateness);
+    ``incomplete``: closed by a processing-time or memory bound, who is missing is unknown.
+    """
 
     step: int
     ranks: tuple[int, ...]
     expected: int
     timed_out: bool
+    incomplete: bool = False
 
     @property
     def missing(self) -> int:
-        return max(0, self.expected - len(self.ranks))
+        """Sources known missing (0 for an incomplete step)."""
+        return 0 if self.incomplete else max(0, self.expected - len(self.ranks))
 
 
-def new_state() -> dict[str, Any]:
-    return {"pending": {}, "closed": [], "newest": -1, "t_last": 0.0, "late": 0}
+def new_state() -> WindowState:
+    return {"pending": {}, "closed": [], "newest": -1, "src": {}, "late": 0}
 
 
 def add(
-    state: dict[str, Any], *, step: int, rank: int, expected: int, now_s: float
-) -> tuple[str, list[ClosedStep]]:
-    """Record that ``rank`` reported ``step``; mutates ``state``.
+    state: WindowState,
+    *,
+    step: int,
+    rank: int,
+    expected: int,
+    lateness: int = LATENESS_STEPS,
+    max_pending: int = MAX_PENDING,
+) -> tuple[Status, list[ClosedStep]]:
+    """Record that source ``rank`` reported ``step``; mutates ``state``.
 
     Returns
     -------
-    status : str
-        ``"new"``, ``"dup"`` (this rank already reported this step: a replayed record) or
-        ``"late"`` (the step already closed).
-    closed : list of ClosedStep
-        The step, when this report completed it.
+    status : ``"new"``, ``"dup"`` (this source already reported this step: a replayed
+        record) or ``"late"`` (the step already closed).
+    closed : the steps this report closed, in step order (see the module doc).
     """
-    key = str(step)
-    state["t_last"] = now_s
-    state["newest"] = max(int(state.get("newest", -1)), int(step))
-    if step in state["closed"]:
-        state["late"] = int(state.get("late", 0)) + 1
+    step, rank = int(step), int(rank)
+    closed_steps = state["closed"]
+    if step in closed_steps or (len(closed_steps) >= _MAX_CLOSED and step < closed_steps[0]):
+        state["late"] = int(state["late"]) + 1
         return "late", []
+    key = str(step)
     pend = state["pending"].get(key)
     if pend is None:
-        pend = state["pending"][key] = {"t0": now_s, "exp": int(expected), "got": []}
+        pend = state["pending"][key] = {"exp": int(expected), "got": []}
     if rank in pend["got"]:
         return "dup", []
-    pend["got"].append(int(rank))
+    pend["got"].append(rank)
     pend["exp"] = max(int(pend["exp"]), int(expected))
-    if len(pend["got"]) >= pend["exp"]:
-        return "new", [_close(state, key, timed_out=False)]
-    return "new", []
+    state["newest"] = max(int(state["newest"]), step)
+    src = str(rank)
+    state["src"][src] = max(int(state["src"].get(src, -1)), step)
+    return "new", _due(state, lateness, max_pending)
 
 
-def expire(
-    state: dict[str, Any], *, now_s: float, grace_s: float, skew_steps: int = SKEW_STEPS
-) -> list[ClosedStep]:
-    """Close the pending steps that timed out (see the module doc); mutates ``state``."""
-    quiet = now_s - float(state.get("t_last", 0.0)) >= grace_s
-    newest = int(state.get("newest", -1))
-    due = [
-        k
-        for k, p in state["pending"].items()
-        if now_s - float(p["t0"]) >= grace_s and (quiet or newest - int(k) >= skew_steps)
-    ]
-    return [_close(state, k, timed_out=True) for k in sorted(due, key=int)]
+def flush(state: WindowState) -> list[ClosedStep]:
+    """Close every pending step as incomplete (a processing-time bound or end of input)."""
+    return [_close(state, k, timed_out=False, incomplete=True) for k in _pending_steps(state)]
 
 
-def _close(state: dict[str, Any], key: str, *, timed_out: bool) -> ClosedStep:
+def _pending_steps(state: WindowState) -> list[str]:
+    return sorted(state["pending"], key=int)
+
+
+def _due(state: WindowState, lateness: int, max_pending: int) -> list[ClosedStep]:
+    """Close the pending steps whose sources are all accounted for, in step order."""
+    out: list[ClosedStep] = []
+    order = _pending_steps(state)
+    while len(order) > max_pending:
+        out.append(_close(state, order.pop(0), timed_out=False, incomplete=True))
+    newest = sorted(state["src"].values())
+    watermark = newest[len(newest) // 2] if newest else -1  # upper median of the sources
+    steps = [int(k) for k in order]
+    behind = bisect.bisect_right(steps, watermark)  # pending steps at or below the watermark
+    for i, k in enumerate(order):
+        pend = state["pending"][k]
+        step = steps[i]
+        got = set(pend["got"])
+        if len(got) >= pend["exp"] or (
+            newest[-1] > step  # else no source passed it
+            and len(got) + sum(1 for s, n in state["src"].items() if n > step and int(s) not in got)
+            >= pend["exp"]
+        ):
+            out.append(_close(state, k, timed_out=False))
+        elif behind - i - 1 >= lateness:  # the watermark passed `lateness` newer steps
+            out.append(_close(state, k, timed_out=True))
+        else:
+            break  # monotone: a later step is not closable either
+    return out
+
+
+def _close(
+    state: WindowState, key: str, *, timed_out: bool, incomplete: bool = False
+) -> ClosedStep:
     pend = state["pending"].pop(key)
-    closed: list[int] = state["closed"]
+    closed = state["closed"]
     closed.append(int(key))
+    closed.sort()
     if len(closed) > _MAX_CLOSED:
         del closed[: len(closed) - _MAX_CLOSED]
-    return ClosedStep(int(key), tuple(sorted(pend["got"])), int(pend["exp"]), timed_out)
+    return ClosedStep(int(key), tuple(sorted(pend["got"])), int(pend["exp"]), timed_out, incomplete)

@@ -17,8 +17,7 @@ FAST = {  # short windows so the tests run in seconds
     "ARGUS_STREAMS__INTERNAL_PARTITIONS": "2",
     "ARGUS_STREAMS__FUNNEL_GRACE_S": "4",
     "ARGUS_STREAMS__FUNNEL_IDLE_S": "6",
-    "ARGUS_STREAMS__STEP_GRACE_S": "5",
-    "ARGUS_STREAMS__L3_GRACE_S": "5",
+    "ARGUS_STREAMS__IDLE_CLOSE_S": "8",
 }
 
 

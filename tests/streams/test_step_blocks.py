@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import numpy as np
 import pytest
 
-from argus.detectors.config import DetectorsConfig
 from argus.detectors.inputs import group_windows, merge_group_windows
 from argus.sim.simulate import SimRun, simulate
-from argus.streams.agents.steps import _Blocks, _Steps, route_step
-from argus.streams.offline import _OfflineCtx, replay_stream
+from argus.streams.offline import replay_stream
 from argus.streams.pipeline_config import PipelineConfig
 from argus.streams.step_digest import (
     block_key,
@@ -79,39 +76,22 @@ def test_findings_do_not_depend_on_the_block_size(scenario: str) -> None:
     assert any(a["level"] == "L2" for a in one.anomalies)
 
 
-def test_missing_ranks_and_a_silent_block_are_named_after_the_timeouts() -> None:
-    """Rank 5 skips step 0 and block 3 (ranks 12-15) never reports it: the blocks close
-    after their grace, the job after twice it, naming exactly those ranks."""
-    pcfg = PipelineConfig(steps_block_ranks=4, step_grace_s=10.0)
-    ctx = _OfflineCtx(DetectorsConfig(), pcfg)
-    job_tier = _Steps(ctx)  # type: ignore[arg-type]
-    job_tier.levels.update({"l1", "l2"})
-    blocks = _Blocks(ctx, job_tier.levels)  # type: ignore[arg-type]
+def test_missing_ranks_and_a_silent_block_are_named_on_event_time() -> None:
+    """Rank 5 skips step 0 and block 3 (ranks 12-15) never reports: block 1 closes step 0
+    without rank 5 as soon as rank 5 reports step 1; the job tier names block 3's ranks once
+    the other blocks passed a step by ``2 * lateness_steps + 1``; the last steps, which no
+    watermark passed, close incomplete at the end of input and name nobody."""
+    pcfg = PipelineConfig(steps_block_ranks=4, lateness_steps=3)  # the job tier waits 7
     recs = [
-        r for r in _steps("healthy", 16, 2) if r["step"] == 0 and r["rank"] != 5 and r["rank"] < 12
+        r for r in _steps("healthy", 16, 20) if r["rank"] < 12 and (r["rank"], r["step"]) != (5, 0)
     ]
-    job = recs[0]["job"]
-
-    async def run() -> None:
-        bstate: dict[str, Any] = {}
-        for rec in recs:
-            for key, item in route_step(rec, 4):
-                await blocks.add(key, bstate.setdefault(key, blocks.new(key)), item, 0.0)
-        assert [m for m in ctx.internal_msgs if m[0] == "steps-by-job"], "blocks 0 and 2 closed"
-        for key, st in bstate.items():  # block 1 (rank 5 missing) times out after the grace
-            assert not await blocks.tick(key, st, 9.0)
-            await blocks.tick(key, st, 10.5)
-        jst = job_tier.new(job)
-        for topic, _key, msg in ctx.internal_msgs:
-            if topic == "steps-by-job":
-                for d in msg["items"]:
-                    await job_tier.add(job, jst, d, 10.5)
-        assert jst["agg"], "block 3's digest is still awaited"
-        assert not await job_tier.tick(job, jst, 25.0)  # < 2 x grace after the first digest
-        assert await job_tier.tick(job, jst, 31.0)
-
-    asyncio.run(run())
-    missing = [a for a in ctx.anomalies if a["kind"] == "missing_rank"]
-    assert len(missing) == 1, ctx.anomalies
-    assert missing[0]["ranks"] == [5, 12, 13, 14, 15]
-    assert missing[0]["evidence"]["expected"] == "16"
+    out = replay_stream(recs, pcfg=pcfg)
+    missing = sorted(
+        (a["window_end_step"], a["ranks"]) for a in out.anomalies if a["kind"] == "missing_rank"
+    )
+    assert missing == [(0, [5, 12, 13, 14, 15])] + [(s, [12, 13, 14, 15]) for s in range(1, 13)]
+    assert all(
+        a["evidence"]["expected"] == "16" for a in out.anomalies if a["kind"] == "missing_rank"
+    )
+    late = [a for a in out.anomalies if "incomplete_step" in a["evidence"]]
+    assert all(int(a["evidence"]["incomplete_step"]) >= 13 for a in late)

@@ -7,8 +7,9 @@
   ``fidelity_every`` is also kept raw for the live fidelity check
   (:func:`argus.streams.fidelity.check_batches`), whose Spearman figure is a metric.
 * **l3**: summaries re-keyed by scope group (``job/dp/<group id>``: ranks doing the same
-  work). A kernel window closes when every rank of the scope reported or ``l3_grace_s``
-  passed; the pure detector (:func:`argus.detectors.l3_window.detect_window`) runs on the
+  work). A kernel window closes on event time (:mod:`argus.streams.windows`: every rank of
+  the scope accounted for, or the scope's watermark passed it by ``l3_lateness_windows``);
+  the pure detector (:func:`argus.detectors.l3_window.detect_window`) runs on the
   merged summaries of each block of ``l3_windows`` windows, blocks aligned on window ids
   (``window_id // l3_windows``) like the funnel's and ``argus diagnose``'s windows.
 """
@@ -16,6 +17,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import time
 from collections import OrderedDict, defaultdict
 from typing import Any
@@ -117,14 +119,17 @@ class _L3:
         self.names = KernelNames()
         self.block = ctx.pcfg.l3_windows
         self.progress = ctx.internal_topic("funnel-jobs")
-        self.grace = ctx.pcfg.l3_grace_s
+        self.lateness = ctx.pcfg.l3_lateness_windows
+        self.idle = ctx.pcfg.idle_close_s
+        self.seen: dict[str, float] = {}  # key -> last input in this process (idle bound only)
 
     def new(self, key: str) -> dict[str, Any]:
-        return {"win": windows.new_state(), "block": [], "t_block": 0.0, "emitted": []}
+        return {"win": windows.new_state(), "block": [], "emitted": []}
 
     async def add(self, gk: str, st: dict[str, Any], m: dict[str, Any], now: float) -> None:
+        self.seen[gk] = now
         status, closed = windows.add(
-            st["win"], step=m["w"], rank=m["r"], expected=m["exp"], now_s=now
+            st["win"], step=m["w"], rank=m["r"], expected=m["exp"], lateness=self.lateness
         )
         if status == "new":
             self.cells[f"{gk}|{m['w']}|{m['r']}"] = m["v"]
@@ -133,36 +138,53 @@ class _L3:
         else:
             metrics.LATE.labels("l3").inc()
         if closed:
-            await self.on_closed(gk, st, closed, now)
+            await self.on_closed(gk, st, closed)
 
     async def tick(self, gk: str, st: dict[str, Any], now: float) -> bool:
-        closed = windows.expire(st["win"], now_s=now, grace_s=self.grace)
+        """The idle bound, the only processing-time rule: a scope without input in this
+        process for ``idle_close_s`` closes its pending windows incomplete and runs its last,
+        partial block (a finished or stalled job)."""
+        last = self.seen.setdefault(gk, now)
+        if not (st["win"]["pending"] or st["block"]) or now - last < self.idle:
+            return False
+        await self.finish(gk, st)
+        return True
+
+    async def finish(self, gk: str, st: dict[str, Any]) -> None:
+        """Close every pending window incomplete and judge the partial block (idle, or the
+        end of the offline driver's input)."""
+        closed = windows.flush(st["win"])
         if closed:
-            await self.on_closed(gk, st, closed, now)
-        quiet = not st["win"]["pending"] and now - float(st["win"]["t_last"]) >= self.grace
-        if st["block"] and (quiet or now - st["t_block"] >= self.grace * self.block):
-            await self.run_block(gk, st)  # a stalled or finished job's last, partial block
-            return True
-        return bool(closed)
+            await self.on_closed(gk, st, closed)
+        if st["block"]:
+            await self.run_block(gk, st, (int(st["block_id"]) + 1) * self.block - 1)
 
     async def on_closed(
-        self, gk: str, st: dict[str, Any], closed: list[windows.ClosedStep], now: float
+        self, gk: str, st: dict[str, Any], closed: list[windows.ClosedStep]
     ) -> None:
+        """Blocks of ``l3_windows`` window ids, aligned: a block runs when its last window
+        closed or a window of a later block did (event time only); either way L3 then has
+        judged every window below the next block, which its progress tells the funnel."""
         for c in closed:
-            metrics.WINDOWS.labels("l3", "timeout" if c.timed_out else "complete").inc()
+            outcome = "incomplete" if c.incomplete else "timeout" if c.timed_out else "complete"
+            metrics.WINDOWS.labels("l3", outcome).inc()
             b = c.step // self.block
             if st["block"] and b != st.get("block_id"):
-                await self.run_block(gk, st)
+                await self.run_block(gk, st, b * self.block - 1)
             if not st["block"]:
-                st["t_block"] = now
                 st["block_id"] = b
             st["block"].append([c.step, list(c.ranks)])
+            if c.incomplete:
+                st["block_inc"] = c.step
             if c.step % self.block == self.block - 1:  # the block's last window
-                await self.run_block(gk, st)
+                await self.run_block(gk, st, c.step)
 
-    async def run_block(self, gk: str, st: dict[str, Any]) -> None:
+    async def run_block(self, gk: str, st: dict[str, Any], upto: int) -> None:
+        """Judge the open block; then tell the funnel that L3 judged this scope's windows
+        up to window id ``upto`` (steps: the collectors number windows by first step)."""
         job = gk.split("/", 1)[0]
         todo, st["block"] = st["block"], []
+        incomplete = st.pop("block_inc", None)  # a window of it closed incomplete
         records = []
         for w, ranks in todo:
             for r in ranks:
@@ -171,8 +193,19 @@ class _L3:
                 if v is not None:
                     records.append(self.ctx.codec.decode_as("kernel_summary", base64.b64decode(v)))
                     del self.cells[key]
-        if not records:
-            return
+        if records:
+            await self._judge(job, records, incomplete, st["emitted"])
+        await self.ctx.send_keyed(
+            self.progress, job, {"items": [{"l3": gk, "w": upto}], "t": time.time()}
+        )
+
+    async def _judge(
+        self,
+        job: str,
+        records: list[dict[str, Any]],
+        incomplete: int | None,
+        emitted: list[str],
+    ) -> None:
         window = (
             min(int(r["window_id"]) for r in records),
             max(int(r["window_id"]) for r in records),
@@ -189,10 +222,12 @@ class _L3:
             routing=self.routing,
         )
         metrics.DETECT_S.labels("L3").observe(time.perf_counter() - t0)
-        await emit_findings(self.ctx, found, st["emitted"], "l3")
-        await self.ctx.send_keyed(
-            self.progress, job, {"items": [{"l3": gk, "w": window[1]}], "t": time.time()}
-        )
+        if incomplete is not None:
+            found = [
+                dataclasses.replace(f, evidence={**f.evidence, "incomplete_step": str(incomplete)})
+                for f in found
+            ]
+        await emit_findings(self.ctx, found, emitted, "l3")
 
 
 def register_l3(ctx: Ctx) -> None:

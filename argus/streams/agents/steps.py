@@ -27,6 +27,7 @@ docs/pipeline.md for the limits.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
@@ -111,21 +112,41 @@ def _fold(agg: list[Any] | None, it: float, a: int, b: int, world: int) -> list[
 
 
 class _Tier:
-    """What both tiers' window agents share: the state, the timeouts, repeat counting."""
+    """What both tiers' window agents share: the state, the idle bound, repeat counting.
 
-    grace: float
-    skew_steps: int = windows.SKEW_STEPS
+    Windows close on event time (:mod:`argus.streams.windows`); the only processing-time
+    rule is the idle bound: a key with pending steps and no input in this process for
+    ``idle_close_s`` closes them incomplete. The clock of that rule lives in this process
+    only (``seen``), so a restarted worker counts idleness from its own start.
+    """
+
+    lateness: int
+    idle: float
+    seen: dict[str, float]
 
     def new(self, key: str) -> dict[str, Any]:
         return {"win": windows.new_state(), "agg": {}}
 
-    async def tick(self, key: str, st: dict[str, Any], now: float) -> bool:
-        closed = windows.expire(
-            st["win"], now_s=now, grace_s=self.grace, skew_steps=self.skew_steps
+    def _window_add(
+        self, key: str, st: dict[str, Any], *, step: int, rank: int, expected: int, now: float
+    ) -> tuple[windows.Status, list[windows.ClosedStep]]:
+        self.seen[key] = now
+        return windows.add(
+            st["win"], step=step, rank=rank, expected=expected, lateness=self.lateness
         )
+
+    async def tick(self, key: str, st: dict[str, Any], now: float) -> bool:
+        last = self.seen.setdefault(key, now)
+        if not st["win"]["pending"] or now - last < self.idle:
+            return False
+        await self.finish(key, st)
+        return True
+
+    async def finish(self, key: str, st: dict[str, Any]) -> None:
+        """Close every pending step incomplete (idle in processing time, or end of input)."""
+        closed = windows.flush(st["win"])
         if closed:
             await self.close(key, st, closed)
-        return bool(closed)
 
     async def close(
         self, key: str, st: dict[str, Any], closed: list[windows.ClosedStep]
@@ -136,6 +157,10 @@ class _Tier:
     def _repeated(status: str) -> None:
         """Count a report that was not new: ``"dup"`` (a replay) or ``"late"``."""
         (metrics.DUPLICATES if status == "dup" else metrics.LATE).labels("steps").inc()
+
+    @staticmethod
+    def _outcome(c: windows.ClosedStep) -> str:
+        return "incomplete" if c.incomplete else "timeout" if c.timed_out else "complete"
 
 
 class _L2Steps:
@@ -216,7 +241,9 @@ class _Blocks(_Tier):
         self.ctx = ctx
         self.levels = levels  # shared with the job tier: filled by the role registrations
         self.routing = Routing.from_config(ctx.detectors.routing)
-        self.grace = ctx.pcfg.step_grace_s
+        self.lateness = ctx.pcfg.lateness_steps
+        self.idle = ctx.pcfg.idle_close_s
+        self.seen = {}
         self.block_ranks = ctx.pcfg.steps_block_ranks
         self.cells = ctx.table("steps-cells")
         self.hist = ctx.table("steps-block-history")
@@ -225,33 +252,44 @@ class _Blocks(_Tier):
 
     async def add(self, key: str, st: dict[str, Any], m: dict[str, Any], now: float) -> None:
         job, blk = _split(key)
-        status, closed = windows.add(
-            st["win"],
+        status, closed = self._window_add(
+            key,
+            st,
             step=m["s"],
             rank=m["r"],
             expected=block_size(m["w"], blk, self.block_ranks),
-            now_s=now,
+            now=now,
         )
         if status == "new":
             if "l2" in self.levels:
                 self.cells[f"{job}|{m['s']}|{m['r']}"] = [m["a"], m["b"], m["c"], m["ph"]]
             s = str(m["s"])
             st["agg"][s] = _fold(st["agg"].get(s), float(m["b"] - m["a"]), m["a"], m["b"], m["w"])
+            if m.get("k"):  # a kernel batch covers it: L3 scopes the funnel will wait for
+                scopes = m["w"] // self.routing.expected_size(m["c"], "dp")
+                st.setdefault("l3", {})[s] = max(scopes, st.get("l3", {}).get(s, 0))
         else:
             self._repeated(status)
         if closed:
             await self.close(key, st, closed)
 
     async def close(self, key: str, st: dict[str, Any], closed: list[windows.ClosedStep]) -> None:
+        """One digest per closed step, L2 of the block's own groups judged after each step
+        (so the findings do not depend on how many steps one event closed)."""
         job, blk = _split(key)
         h = self.hist.get(key) or {"recent": [], "emitted": []}
         digests = []
         for c in closed:
-            metrics.WINDOWS.labels("steps-block", "timeout" if c.timed_out else "complete").inc()
+            metrics.WINDOWS.labels("steps-block", self._outcome(c)).inc()
             agg = st["agg"].pop(str(c.step), None)
             if agg is None:
                 continue
-            up = None
+            digest: dict[str, Any] = {"s": c.step, "blk": blk, "agg": agg, "got": list(c.ranks)}
+            if c.incomplete:
+                digest["inc"] = True
+            scopes = st.get("l3", {}).pop(str(c.step), 0)
+            if scopes:
+                digest["l3"] = scopes
             if "l2" in self.levels:
                 up = []
                 own: list[GroupWindow] = []
@@ -265,11 +303,14 @@ class _Blocks(_Tier):
                         up.append(window_to_json(w))
                 self.l2.store(job, c.step, blk, [window_to_json(w) for w in own], whole=(key, own))
                 h["recent"].append([c.step, [blk]])
-            digests.append({"s": c.step, "blk": blk, "agg": agg, "got": list(c.ranks), "gw": up})
+                sent = await emit_findings(
+                    self.ctx, self.l2.run(key, job, h), h["emitted"], "steps"
+                )
+                digest["gw"] = up
+                # the job tier announces them to the funnel with its progress
+                digest["ids"] = {a["id"]: a["window_end_step"] for a in sent}
+            digests.append(digest)
         if "l2" in self.levels and digests:
-            sent = await emit_findings(self.ctx, self.l2.run(key, job, h), h["emitted"], "steps")
-            # the job tier announces them to the funnel with its progress
-            digests[-1]["ids"] = {a["id"]: a["window_end_step"] for a in sent}
             self.hist[key] = h
         if digests:
             await self.ctx.send_keyed(self.out, job, {"items": digests, "t": time.time()})
@@ -310,19 +351,20 @@ def _split(key: str) -> tuple[str, int]:
 class _Steps(_Tier):
     """Tier 2: the job's steps (key ``job``), from one digest per rank block and step.
 
-    A step closes when every block's digest arrived or it timed out: after twice the
-    blocks' grace (a block that timed out reports only after its own grace) and once the
-    job went quiet or ``skew_steps`` = 64 newer steps arrived (a block whose worker
-    restarts is waited for, not declared missing). Ranks that never reported are those of
-    the world no digest named.
+    The blocks are this tier's sources (:mod:`argus.streams.windows`): a step closes when
+    every block's digest arrived, or a block passed it without one, or the other blocks'
+    watermark passed it by ``2 * lateness_steps + 1`` (a block with a stopped rank closes its
+    step only after its own lateness). Ranks that never reported are those of the world no
+    digest named, unless a block's step or the job's closed incomplete (who would have come
+    is unknown: no ``missing_rank``, the findings carry ``incomplete_step``).
     """
-
-    skew_steps = 64
 
     def __init__(self, ctx: Ctx) -> None:
         self.ctx = ctx
         self.levels: set[str] = set()
-        self.grace = 2 * ctx.pcfg.step_grace_s
+        self.lateness = 2 * ctx.pcfg.lateness_steps + 1
+        self.idle = ctx.pcfg.idle_close_s
+        self.seen = {}
         self.block_ranks = ctx.pcfg.steps_block_ranks
         self.hist = ctx.table("steps-history")
         self.l2 = _L2Steps(ctx, "steps-digests")
@@ -330,22 +372,27 @@ class _Steps(_Tier):
 
     async def add(self, job: str, st: dict[str, Any], m: dict[str, Any], now: float) -> None:
         it, a, b, world = m["agg"]
-        status, closed = windows.add(
-            st["win"],
+        status, closed = self._window_add(
+            job,
+            st,
             step=m["s"],
             rank=m["blk"],
             expected=blocks_in(world, self.block_ranks),
-            now_s=now,
+            now=now,
         )
         if status == "new":
             self.l2.store(job, m["s"], m["blk"], m.get("gw") or [])
             s = str(m["s"])
             prev = st["agg"].get(s)  # + the ranks that reported, the blocks' finding ids
             got, ids = (prev[4], prev[5]) if prev else ([], {})
+            inc = bool(prev[6]) if prev and len(prev) > 6 else False  # a block's was incomplete
+            scopes = int(prev[7]) if prev and len(prev) > 7 else 0  # L3 scopes to wait for
             st["agg"][s] = [
                 *_fold(prev[:4] if prev else None, it, a, b, world),
                 got + list(m["got"]),
                 {**ids, **(m.get("ids") or {})},
+                inc or bool(m.get("inc")),
+                max(scopes, int(m.get("l3") or 0)),
             ]
         else:
             self._repeated(status)
@@ -353,17 +400,23 @@ class _Steps(_Tier):
             await self.close(job, st, closed)
 
     async def close(self, job: str, st: dict[str, Any], closed: list[windows.ClosedStep]) -> None:
+        """L1 and L2 after each closed step, in step order, then one progress message."""
         h = self.hist.get(job) or {"rows": [], "recent": [], "emitted": []}
-        found: list[Finding] = []
         announced: dict[str, int] = {}  # findings of the blocks' tier, for the funnel
+        done: list[tuple[int, int]] = []  # (step, L3 scopes that will judge it)
         for c in closed:
             agg = st["agg"].pop(str(c.step), None)
             if agg is None:
                 continue
-            it, a, b, world, got, ids = agg
+            it, a, b, world, got, ids = agg[:6]
+            incomplete = c.incomplete or (len(agg) > 6 and bool(agg[6]))
             announced.update(ids)
-            missing = sorted(set(range(int(world))) - set(got))
-            metrics.WINDOWS.labels("steps", "timeout" if missing else "complete").inc()
+            done.append((c.step, int(agg[7]) if len(agg) > 7 else 0))
+            missing = [] if incomplete else sorted(set(range(int(world))) - set(got))
+            metrics.WINDOWS.labels(
+                "steps", "incomplete" if incomplete else "timeout" if missing else "complete"
+            ).inc()
+            found: list[Finding] = []
             if "l1" in self.levels:  # L1 trims it to its history
                 h["rows"].append([c.step, it, a, b])
             if "l2" in self.levels:  # L2 trims it to its window
@@ -371,14 +424,19 @@ class _Steps(_Tier):
             if missing:
                 metrics.MISSING.labels("steps").inc(len(missing))
                 found.append(missing_finding(job, c.step, missing, int(world), a, b))
-        if "l1" in self.levels:
-            found += self._l1(job, h)
-        if "l2" in self.levels:
-            found += self.l2.run(job, job, h)
-        sent = await emit_findings(self.ctx, found, h["emitted"], "steps")
-        if closed:  # after the findings, naming them: the funnel waits for them to arrive
-            items: list[dict[str, Any]] = [{"progress": c.step} for c in closed]
-            items[-1]["ids"] = {**announced, **{a["id"]: a["window_end_step"] for a in sent}}
+            if "l1" in self.levels:
+                found += self._l1(job, h)
+            if "l2" in self.levels:
+                found += self.l2.run(job, job, h)
+            if incomplete:
+                found = [_incomplete(f, c.step) for f in found]
+            sent = await emit_findings(self.ctx, found, h["emitted"], "steps")
+            announced.update({a["id"]: a["window_end_step"] for a in sent})
+        if done:  # after the findings, naming them: the funnel waits for them to arrive
+            items: list[dict[str, Any]] = [
+                {"progress": s, "l3n": n} if n else {"progress": s} for s, n in done
+            ]
+            items[-1]["ids"] = announced
             await self.ctx.send_keyed(self.progress, job, {"items": items, "t": time.time()})
         self.hist[job] = h
 
@@ -389,6 +447,11 @@ class _Steps(_Tier):
         out = l1.detect(s, it, job=job, cfg=self.ctx.detectors.l1, start_ns=a, end_ns=b)
         metrics.DETECT_S.labels("L1").observe(time.perf_counter() - t0)
         return out
+
+
+def _incomplete(f: Finding, step: int) -> Finding:
+    """``f`` judged right after ``step`` closed incomplete: its evidence says so."""
+    return dataclasses.replace(f, evidence={**f.evidence, "incomplete_step": str(step)})
 
 
 def route_step(
@@ -412,6 +475,7 @@ def route_step(
                     [p["name"], p.get("stream_kind", "compute"), p["duration_ns"]]
                     for p in rec["phases"]
                 ],
+                "k": bool((rec.get("collector") or {}).get("kernels", False)),
             },
         )
     ]
