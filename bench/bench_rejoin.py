@@ -148,7 +148,7 @@ def one_run(s: Settings, a: argparse.Namespace, n: int) -> dict[str, float | Non
         sim = subprocess.Popen(
             [sys.executable, "-m", "argus.cli", "simulate", a.scenario, "--kafka",
              "--ranks", str(a.ranks), "--steps", str(steps), "--rate", str(a.rate),
-             "--seed", str(n), "--prefix", prefix, *(["--no-kernels"] if a.no_kernels else [])],
+             "--seed", str(n), "--prefix", prefix, *([] if a.kernels else ["--no-kernels"])],
             env={**os.environ, "ARGUS_TOPIC_PREFIX": prefix},
             stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
         )  # fmt: skip
@@ -209,7 +209,9 @@ def main() -> int:
     ap.add_argument("--kill-after", type=float, default=15.0, help="s into the job")
     ap.add_argument("--tail", type=float, default=5.0, help="s the job goes on after the kill")
     ap.add_argument("--partitions", type=int, default=2, help="of the raw and re-key topics")
-    ap.add_argument("--no-kernels", action=argparse.BooleanOptionalAction, default=True)
+    ap.add_argument(
+        "--kernels", action=argparse.BooleanOptionalAction, default=False, help="kernel batches"
+    )
     ap.add_argument("--timeout", type=float, default=300.0, help="s, per phase")
     a = ap.parse_args()
     s = load_settings()

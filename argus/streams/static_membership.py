@@ -63,7 +63,8 @@ def resolve(setting: str | None, group: str, state_dir: Path) -> str | None:
     ------
     ConfigError
         An explicit id with characters Kafka does not allow (``[A-Za-z0-9._-]``, 1-200
-        characters), or every one of the :data:`MAX_SLOTS` slots of ``group`` already taken.
+        characters); ``auto`` with every one of the :data:`MAX_SLOTS` slots of ``group``
+        taken, or with no lock file to be made under ``state_dir``.
     """
     if setting is None or setting.strip().lower() in OFF:
         return None
@@ -76,7 +77,14 @@ def resolve(setting: str | None, group: str, state_dir: Path) -> str | None:
             )
         return setting
     host = re.sub(r"[^A-Za-z0-9._-]", "_", socket.gethostname())[:150] or "host"
-    slot = _take_slot(group, state_dir / "worker-ids")
+    lock_dir = state_dir / "worker-ids"
+    try:
+        slot = _take_slot(group, lock_dir)
+    except OSError as err:  # e.g. a read-only state dir
+        raise ConfigError(
+            f"worker instance id: cannot lock a slot under {lock_dir} ({err}); make the state "
+            "dir writable (ARGUS_STATE_DIR) or give --instance-id"
+        ) from err
     return f"{host}-w{slot}"
 
 

@@ -61,6 +61,9 @@ def test_explicit_off_and_invalid_ids(tmp_path: Path) -> None:
     for bad in ("has space", "a/b", "", "x" * 201):
         with pytest.raises(ConfigError, match="instance id"):
             static_membership.resolve(bad, "g", tmp_path)
+    (tmp_path / "file").write_text("")  # a state dir that cannot hold the lock files
+    with pytest.raises(ConfigError, match="cannot lock a slot under"):
+        static_membership.resolve("auto", "g", tmp_path / "file")
 
 
 def test_build_app_sets_the_consumer_group_instance_id(tmp_path: Path) -> None:
