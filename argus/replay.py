@@ -291,7 +291,7 @@ class ReplayResult:
     """Undecodable records of the job, skipped (``topic[partition]@offset: reason``)."""
     stream_anomalies: list[dict[str, Any]] = field(default_factory=list)
     """What the live workers emitted for these records (their window agents run offline by
-    :func:`argus.streams.offline.replay_stream`): the same anomaly ids as the live
+    :func:`argus.streams.memory.replay_stream`): the same anomaly ids as the live
     ``argus.anomalies``, for windows that do not need history from before the range."""
 
     def to_json(self) -> dict[str, Any]:
@@ -372,7 +372,7 @@ def replay(
         window_steps=window_steps,
         job=job,
     )
-    from argus.streams.offline import replay_stream
+    from argus.streams.memory import replay_stream
     from argus.streams.pipeline_config import PipelineConfig
 
     live = replay_stream(

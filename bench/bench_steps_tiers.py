@@ -31,14 +31,14 @@ sys.path.insert(0, str(ROOT))
 from argus.detectors.config import DetectorsConfig  # noqa: E402
 from argus.sim.simulate import SimRun, simulate  # noqa: E402
 from argus.streams.agents.steps import _Blocks, _Steps, route_step  # noqa: E402
-from argus.streams.offline import _OfflineCtx  # noqa: E402
+from argus.streams.memory import _MemoryCtx  # noqa: E402
 from argus.streams.pipeline_config import PipelineConfig  # noqa: E402
 
 STEP_PERIOD_S = 4.0  # 15 steps/min, the pipeline benchmark's working point
 
 
 async def _measure(recs: list[dict[str, Any]], block_ranks: int, steps: int) -> dict[str, float]:
-    ctx = _OfflineCtx(DetectorsConfig(), PipelineConfig(steps_block_ranks=block_ranks))
+    ctx = _MemoryCtx(DetectorsConfig(), PipelineConfig(steps_block_ranks=block_ranks))
     job_tier = _Steps(ctx)  # type: ignore[arg-type]
     job_tier.levels.update({"l1", "l2"})
     blocks = _Blocks(ctx, job_tier.levels)  # type: ignore[arg-type]
@@ -51,8 +51,8 @@ async def _measure(recs: list[dict[str, Any]], block_ranks: int, steps: int) -> 
         await blocks.add(key, bstate.setdefault(key, blocks.new(key)), item, 0.0)
         c1 = time.process_time()
         t1 += c1 - c0
-        while ctx.internal_msgs:
-            topic, job, msg = ctx.internal_msgs.pop(0)
+        while ctx.queue:
+            topic, job, msg = ctx.queue.popleft()
             if topic != "steps-by-job":
                 continue
             c0 = time.process_time()

@@ -9,7 +9,7 @@ import pytest
 
 from argus.detectors.inputs import group_windows, merge_group_windows
 from argus.sim.simulate import SimRun, simulate
-from argus.streams.offline import replay_stream
+from argus.streams.memory import replay_stream
 from argus.streams.pipeline_config import PipelineConfig
 from argus.streams.step_digest import (
     block_key,

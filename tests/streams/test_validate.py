@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from argus.schemas import Codec
 from argus.schemas.arrays import pack
 from argus.sim.simulate import SimRun, simulate
-from argus.streams.offline import replay_stream
+from argus.streams.memory import replay_stream
 from argus.streams.pipeline_config import PipelineConfig
 from argus.streams.summary_record import BatchError, summarize_batch
 from argus.streams.validate import (

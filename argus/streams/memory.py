@@ -1,0 +1,249 @@
+"""The in-memory driver of the engine: the live roles, run over records without Kafka.
+
+The faust agents (:mod:`argus.streams.agents`) and this driver run the very same role
+classes (the steps block and job tiers, the L3 windows, the funnel); this driver only
+replaces the transport, as an in-memory exporter does in OpenTelemetry: tables are dicts,
+internal topics are one FIFO queue delivered at once, ``argus.anomalies`` is forwarded to
+the funnel as its router does, and the funnel's outbox is emptied into lists. Records are
+fed in event order (steps, then the kernel windows that end with them). Windows close on
+event time (:mod:`argus.streams.windows`), so the findings, the funnel's verdicts and its
+alerts are those of a live run whatever its lag; at the end of the input every key is
+closed as the live idle bound closes it (incomplete windows, then the funnel's quiet
+windows).
+
+``argus diagnose``, ``argus replay`` and the tests use it through :func:`run_engine`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from argus.detectors.config import DetectorsConfig
+from argus.detectors.routing import Routing
+from argus.schemas import Codec
+from argus.streams.pipeline_config import PipelineConfig
+from argus.streams.summary_record import summarize_batch
+
+__all__ = ["EngineResult", "replay_stream", "run_engine"]
+
+_IDLE_ROUNDS = 64  # quiet funnel windows at most, at the end of the input
+
+
+class _Topic:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def get_topic_name(self) -> str:
+        return self.name
+
+
+@dataclass
+class _MemoryCtx:
+    """What the roles use of a worker's context (:class:`argus.streams.app.Ctx`)."""
+
+    detectors: DetectorsConfig
+    pcfg: PipelineConfig
+    codec: Codec = field(default_factory=Codec)
+    tables: dict[str, dict[str, Any]] = field(default_factory=dict)
+    queue: deque[tuple[str, str, Any]] = field(default_factory=deque)
+    anomalies: list[dict[str, Any]] = field(default_factory=list)
+    alerts: list[dict[str, Any]] = field(default_factory=list)
+
+    def table(self, name: str) -> dict[str, Any]:
+        return self.tables.setdefault(name, {})
+
+    def internal_topic(self, name: str) -> _Topic:
+        return _Topic(name)
+
+    async def send_keyed(self, topic: _Topic, key: str, value: Any) -> None:
+        self.queue.append((topic.name, key, value))
+
+    async def emit(
+        self, suffix: str, key: str, record_name: str, value: dict[str, Any], role: str
+    ) -> None:
+        if suffix == "alerts":
+            self.alerts.append(value)
+            return
+        self.anomalies.append(value)
+        if value.get("level") != "funnel":  # the funnel's router: on to the job's windows
+            item = {k: v for k, v in value.items() if k != "detected_ns"}
+            self.queue.append(("funnel-jobs", str(value["job"]), {"items": [item]}))
+
+
+@dataclass(frozen=True)
+class EngineResult:
+    """What the engine emitted, in emission order: ``anomaly`` records (L1-L3 findings and
+    the funnel's verdicts, level ``funnel``) and ``alert`` records."""
+
+    anomalies: list[dict[str, Any]]
+    alerts: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def ids(self) -> set[str]:
+        """Ids of the L1-L3 findings (the funnel's verdicts excluded)."""
+        return {a["id"] for a in self.anomalies if a.get("level") != "funnel"}
+
+    @property
+    def findings(self) -> list[dict[str, Any]]:
+        return [a for a in self.anomalies if a.get("level") != "funnel"]
+
+    @property
+    def verdicts(self) -> list[dict[str, Any]]:
+        return [a for a in self.anomalies if a.get("level") == "funnel"]
+
+
+class _Engine:
+    def __init__(self, ctx: _MemoryCtx, *, funnel: bool) -> None:
+        from argus.streams.agents.funnel import _Funnel
+        from argus.streams.agents.kernels import _L3
+        from argus.streams.agents.steps import _Blocks, _Steps
+
+        self.ctx = ctx
+        self.routing = Routing.from_config(ctx.detectors.routing)
+        self.job_tier = _Steps(ctx)  # type: ignore[arg-type]
+        self.job_tier.levels.update({"l1", "l2"})
+        self.blocks = _Blocks(ctx, self.job_tier.levels)  # type: ignore[arg-type]
+        self.l3 = _L3(ctx, self.routing, ctx.table("l3-cells"))  # type: ignore[arg-type]
+        self.funnel = _Funnel(ctx) if funnel else None  # type: ignore[arg-type]
+        self.state: dict[tuple[str, str], Any] = {}
+        self.now = 0.0  # the funnel's processing clock: only its idle rule reads it
+
+    def _st(self, role: Any, name: str, key: str) -> Any:
+        st = self.state.get((name, key))
+        if st is None:
+            st = self.state[(name, key)] = role.new(key)
+        return st
+
+    async def step(self, rec: Mapping[str, Any]) -> None:
+        from argus.streams.agents.steps import route_step
+
+        for key, item in route_step(rec, self.ctx.pcfg.steps_block_ranks):
+            await self.blocks.add(key, self._st(self.blocks, "blocks", key), item, self.now)
+        await self.pump()
+
+    async def summary(self, rec: Mapping[str, Any]) -> None:
+        sid = self.routing.group_for_kind(rec["coords"], "dp")
+        key = f"{rec['job']}/dp/{sid}"
+        item = {
+            "r": rec["rank"],
+            "w": rec["window_id"],
+            "exp": self.routing.expected_size(rec["coords"], "dp"),
+            "v": base64.b64encode(self.ctx.codec.encode("kernel_summary", dict(rec))).decode(),
+        }
+        await self.l3.add(key, self._st(self.l3, "l3", key), item, self.now)
+        await self.pump()
+
+    async def pump(self) -> None:
+        """Deliver what the roles sent to each other, in order."""
+        while self.ctx.queue:
+            topic, key, msg = self.ctx.queue.popleft()
+            if topic == "steps-by-job":
+                st = self._st(self.job_tier, "steps", key)
+                for item in msg["items"]:
+                    await self.job_tier.add(key, st, item, self.now)
+            elif topic == "funnel-jobs" and self.funnel is not None:
+                st = self._st(self.funnel, "funnel", key)
+                for item in msg["items"]:
+                    await self.funnel.add(key, st, item, self.now)
+                await self.funnel.tick(key, st, self.now)
+                self._deliver(st)
+
+    def _deliver(self, st: dict[str, Any]) -> None:
+        """The outbox, emptied at once (nothing to crash between state and send here)."""
+        for e in st.get("outbox") or ():
+            if e["topic"] == "alerts":
+                self.ctx.alerts.append(e["value"])
+            else:
+                self.ctx.anomalies.append(e["value"])
+        st["outbox"] = []
+
+    async def finish(self) -> None:
+        """End of input: what the live idle bounds do, in dependency order."""
+        for (name, key), st in list(self.state.items()):
+            if name == "blocks":
+                await self.blocks.finish(key, st)
+        await self.pump()
+        for (name, key), st in list(self.state.items()):
+            if name == "steps":
+                await self.job_tier.finish(key, st)
+            elif name == "l3":
+                await self.l3.finish(key, st)
+        await self.pump()
+        if self.funnel is None:
+            return
+        idle = self.ctx.pcfg.funnel_idle_s
+        for _ in range(_IDLE_ROUNDS):  # quiet windows, one per idle period, as live
+            self.now += 3 * idle
+            changed = False
+            for (name, key), st in list(self.state.items()):
+                if name == "funnel" and await self.funnel.tick(key, st, self.now):
+                    changed = True
+                    self._deliver(st)
+            if not changed:
+                break
+
+
+def _event_order(
+    steps: Iterable[Mapping[str, Any]], summaries: Iterable[Mapping[str, Any]]
+) -> list[tuple[tuple[str, int, int, int], str, Mapping[str, Any]]]:
+    """Records in event order: a job's steps by step, a kernel window after the steps
+    before its id (the collectors send it after its last step), ranks in order."""
+    out: list[tuple[tuple[str, int, int, int], str, Mapping[str, Any]]] = []
+    for r in steps:
+        out.append(((str(r["job"]), int(r["step"]), 0, int(r["rank"])), "step", r))
+    for r in summaries:
+        out.append(((str(r["job"]), int(r["window_id"]), 1, int(r["rank"])), "summary", r))
+    out.sort(key=lambda x: x[0])
+    return out
+
+
+def run_engine(
+    steps: Iterable[Mapping[str, Any]],
+    *,
+    kernel_batches: Iterable[Mapping[str, Any]] = (),
+    kernel_summaries: Iterable[Mapping[str, Any]] = (),
+    detectors: DetectorsConfig | None = None,
+    pcfg: PipelineConfig | None = None,
+    funnel: bool = True,
+) -> EngineResult:
+    """Run the engine's roles over recorded records; see the module doc.
+
+    Kernel batches are compressed as the live compressor does
+    (:func:`~argus.streams.summary_record.summarize_batch`); summaries are used as they are.
+    ``funnel=False`` stops at the L1-L3 findings.
+    """
+    ctx = _MemoryCtx(detectors or DetectorsConfig(), pcfg or PipelineConfig())
+    summaries = [summarize_batch(b) for b in kernel_batches] + [dict(s) for s in kernel_summaries]
+
+    async def go() -> None:
+        eng = _Engine(ctx, funnel=funnel)
+        for _, kind, rec in _event_order(steps, summaries):
+            await (eng.step(rec) if kind == "step" else eng.summary(rec))
+        await eng.finish()
+
+    asyncio.run(go())
+    return EngineResult(ctx.anomalies, ctx.alerts)
+
+
+def replay_stream(
+    steps: Iterable[Mapping[str, Any]],
+    *,
+    kernel_batches: Iterable[Mapping[str, Any]] = (),
+    kernel_summaries: Iterable[Mapping[str, Any]] = (),
+    detectors: DetectorsConfig | None = None,
+    pcfg: PipelineConfig | None = None,
+) -> EngineResult:
+    """The L1-L3 findings of :func:`run_engine` (no funnel)."""
+    return run_engine(
+        steps,
+        kernel_batches=kernel_batches,
+        kernel_summaries=kernel_summaries,
+        detectors=detectors,
+        pcfg=pcfg,
+        funnel=False,
+    )
