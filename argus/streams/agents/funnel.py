@@ -11,24 +11,31 @@ resolving an alert. A job without progress for ``funnel_idle_s`` closes one quie
 period (once L3 caught up, or after three periods), so a finished job's alerts resolve.
 Findings for a window already closed join the next open one.
 
-Alerts are keyed by their dedup key; the funnel state lives in a table, so a restarted
-worker neither loses an open alert nor triggers it twice (anomaly ids seen are kept too, so
-a replayed anomaly is not counted again).
+A closed window's verdicts go to ``argus.anomalies`` (level ``funnel``, the records and ids
+of :meth:`argus.detectors.funnel.Verdict.to_anomaly`, as ``argus diagnose`` makes them) and
+its alerts to ``argus.alerts`` (keyed by their dedup key, with a deterministic ``id``:
+:func:`argus.detectors.alert_id.alert_id` of the window). Both leave through an outbox in
+the job's state, exactly once (:mod:`argus.streams.outbox`). The funnel state lives in a
+table, so a restarted worker neither loses an open alert nor triggers it twice (anomaly ids
+seen are kept too, so a replayed anomaly is not counted again).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import faust
 
 from argus.detectors import funnel
+from argus.detectors.alert_id import alert_id
 from argus.detectors.findings import Finding
 from argus.detectors.routing import Routing
 from argus.streams import metrics
 from argus.streams.agents.common import remember
 from argus.streams.app import Ctx, add_lag_gauge, route_batches, window_agent
+from argus.streams.outbox import Outbox, OutboxEntry
 from argus.streams.validate import checker
 
 __all__ = ["finding_from_anomaly", "register"]
@@ -72,6 +79,7 @@ class _Funnel:
         self.grace = ctx.pcfg.funnel_grace_s
         self.idle = ctx.pcfg.funnel_idle_s
         self.resumed: set[str] = set()  # jobs whose state this process has touched
+        self.outbox = Outbox(ctx)
 
     def new(self, key: str) -> dict[str, Any]:
         return {
@@ -168,27 +176,43 @@ class _Funnel:
             funnel.FunnelState.from_dict(st["fs"]), findings, self.cfg, groups=self.groups
         )
         st["fs"] = fs.to_dict()
-        # alerts leave through the outbox, after the state that knows of them (after_write)
-        st.setdefault("outbox", []).extend(out.alerts)
+        # verdicts and alerts leave through the outbox, after the state that knows of them
+        st.setdefault("outbox", []).extend(
+            _outbox(self.outbox, out, (k * self.w, end), time.time_ns())
+        )
 
     async def after_write(self, job: str, st: dict[str, Any]) -> bool:
         """Send the outbox once the state holding it is durable; True when ``st`` changed.
 
-        Order: the state with the outbox is made durable (:meth:`DurableCommits.flush`),
-        then the alerts are sent and awaited, then the outbox is emptied (window_agent
-        writes that). A crash before the alerts left loses nothing (the restored state still
-        holds them, sent at the next event or tick); a crash after it only repeats identical
-        alert records.
+        :meth:`Outbox.deliver` makes the state with the outbox durable, sends what is not on
+        its topic yet and waits for the broker; then the outbox is emptied (window_agent
+        writes that and makes it durable at once). A crash before the records left loses
+        nothing (the restored state still holds them, sent at the next event or tick); a
+        crash after some or all left repeats none (the restarted process finds them on
+        their topics and skips them).
         """
         if not st.get("outbox"):
             return False
-        await self.ctx.durable.flush()
-        for alert in st["outbox"]:
-            await self.ctx.emit("alerts", alert["dedup_key"], "alert", alert, "funnel")
-            metrics.ALERTS.labels(alert["action"]).inc()
-        await self.ctx.durable.flush()
+        await self.outbox.deliver(st["outbox"])
         st["outbox"] = []
         return True
+
+
+def _outbox(
+    box: Outbox, out: funnel.FunnelOutput, window: tuple[int, int], detected_ns: int
+) -> Sequence[OutboxEntry]:
+    """Outbox entries of one closed window (steps ``window``, inclusive): each verdict's
+    ``anomaly`` record (level ``funnel``; ``detected_ns``: the close, processing time), then
+    the alerts, each with its deterministic ``id``."""
+    entries = []
+    for v in out.verdicts:
+        rec = v.to_anomaly(detected_ns=detected_ns)
+        key = f"{rec['job']}/{rec['group_kind']}/{rec['group_id']}"
+        entries.append(box.entry("anomalies", key, "anomaly", rec))
+    for a in out.alerts:
+        rec = {**a, "id": alert_id(a["dedup_key"], a["action"], *window)}
+        entries.append(box.entry("alerts", rec["dedup_key"], "alert", rec))
+    return entries
 
 
 def register(ctx: Ctx) -> None:
