@@ -40,7 +40,7 @@ DEMO_STREAMS = {  # shorter windows than production so the demo ends in a minute
     "ARGUS_STREAMS__INTERNAL_PARTITIONS": "2",
     "ARGUS_STREAMS__IDLE_CLOSE_S": "8",
     "ARGUS_STREAMS__FUNNEL_GRACE_S": "4",
-    "ARGUS_STREAMS__FUNNEL_IDLE_S": "6",
+    "ARGUS_STREAMS__FUNNEL_IDLE_S": "10",
 }
 
 

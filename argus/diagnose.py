@@ -1,14 +1,10 @@
 """Offline diagnosis of a recorded job: Avro files -> compression -> L1-L3 -> funnel.
 
-The same functions the stream agents call, fed from files:
-
-* step records (``step_record``) -> :func:`argus.detectors.inputs.job_series` ->
-  :func:`argus.detectors.l1.detect` (whole run), and per window of ``window_steps`` steps
-  :func:`argus.detectors.inputs.group_windows` -> :func:`argus.detectors.l2.detect`;
-* kernel batches (``kernel_batch``) -> :func:`argus.streams.kde.summarize_many` per record
-  (the compressor's work), or kernel summaries (``kernel_summary``) as they are -> per window
-  :func:`argus.detectors.l3_window.detect_window`;
-* every window's findings -> :func:`argus.detectors.funnel.step`.
+One engine: the records go through the very roles the live workers run (the steps tiers,
+the compressor's summaries, the L3 windows, the funnel), driven in memory by
+:func:`argus.streams.memory.run_engine`. Windows close on event time there as live, so what
+this finds is what a live run of the same records found, whatever its lag (docs/pipeline.md,
+"Time model"); a rank missing from steps is a ``missing_rank`` finding here too.
 
 :func:`diagnose_path` reads a directory (every ``*.avro`` in it, the record type taken from
 each file's schema) or one file.
@@ -16,21 +12,22 @@ each file's schema) or one file.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from argus.detectors import funnel, l1, l2
 from argus.detectors.config import DetectorsConfig
 from argus.detectors.errors import DetectorInputError
 from argus.detectors.findings import Finding, to_anomaly
-from argus.detectors.funnel import FunnelState, Verdict
-from argus.detectors.inputs import group_windows, job_series
-from argus.detectors.kernel_inputs import rank_kernels, summary_groups
-from argus.detectors.l3_window import detect_window
-from argus.detectors.routing import Routing
+from argus.detectors.funnel import Verdict
+from argus.detectors.inputs import job_series
+from argus.detectors.kernel_inputs import summary_groups
+from argus.streams.agents.funnel import finding_from_anomaly
+from argus.streams.memory import run_engine
+from argus.streams.pipeline_config import PipelineConfig
 
 __all__ = [
     "DiagnoseResult",
@@ -72,6 +69,9 @@ class DiagnoseResult:
     inputs: dict[str, int] = field(default_factory=dict)
     first_step: dict[str, int] = field(default_factory=dict)
     """dedup key -> last step of the first window in which the culprit appeared."""
+    anomalies: list[dict[str, Any]] = field(default_factory=list)
+    """Every ``anomaly`` record the engine emitted (findings and the funnel's verdicts), in
+    emission order, as the live workers emit them to ``argus.anomalies``."""
 
     def to_json(self) -> dict[str, Any]:
         """JSON-able dict: anomaly records of every finding and verdict, and the alerts."""
@@ -157,8 +157,11 @@ def diagnose(
     config: DetectorsConfig | None = None,
     window_steps: int = 10,
     job: str | None = None,
+    pcfg: PipelineConfig | None = None,
 ) -> DiagnoseResult:
-    """Run compression, L1-L3 and the funnel over recorded records.
+    """Run compression, L1-L3 and the funnel over recorded records: the live engine's roles
+    in memory (:func:`argus.streams.memory.run_engine`), so the findings, verdicts and alerts
+    are those of a live run of the same records.
 
     Parameters
     ----------
@@ -168,9 +171,12 @@ def diagnose(
     kernel_summaries : iterable of kernel_summary dicts
     config : DetectorsConfig
     window_steps : int
-        Steps per L2/L3/funnel window.
+        Steps per funnel window and per L3 block (the live ``funnel_window_steps`` and
+        ``l3_windows``).
     job : str, optional
         Select one job when the records hold several.
+    pcfg : PipelineConfig, optional
+        The stream settings (lateness, L2 window, ...); the defaults otherwise.
 
     Raises
     ------
@@ -180,90 +186,29 @@ def diagnose(
     if window_steps < 1:
         raise DetectorInputError(f"window_steps must be >= 1, got {window_steps}")
     cfg = config or DetectorsConfig()
-    routing = Routing.from_config(cfg.routing)
+    base = pcfg or PipelineConfig()
+    pcfg = dataclasses.replace(base, funnel_window_steps=window_steps, l3_windows=window_steps)
     step_recs = [r for r in steps if job is None or r.get("job") == job]
-    series = job_series(step_recs)
+    series = job_series(step_recs)  # one job, or a clear error
     the_job = series.job
+    batches = [r for r in kernel_batches if r.get("job") == the_job]
+    summaries = [r for r in kernel_summaries if r.get("job") == the_job]
     res = DiagnoseResult(the_job, (int(series.steps[0]), int(series.steps[-1])), window_steps)
     res.inputs["step_records"] = len(step_recs)
-    l1_findings = l1.detect(
-        series.steps,
-        series.iter_ns,
-        job=the_job,
-        cfg=cfg.l1,
-        start_ns=series.start_ns,
-        end_ns=series.end_ns,
+    res.inputs["kernel_batches"] = len(batches)
+    res.inputs["kernel_summaries"] = len(summaries)
+    out = run_engine(
+        step_recs, kernel_batches=batches, kernel_summaries=summaries, detectors=cfg, pcfg=pcfg
     )
-    res.findings.extend(l1_findings)
-    # kernel summaries per (window, rank)
-    first = int(series.steps[0])
-
-    def win_of(step: int) -> int:
-        return (step - first) // window_steps
-
-    kern: dict[int, dict[int, dict[tuple[str, int], list[Any]]]] = defaultdict(
-        lambda: defaultdict(lambda: defaultdict(list))
-    )
-    coords_of: dict[int, Mapping[str, Any]] = {}
-    skinds: dict[int, dict[int, str]] = defaultdict(dict)
-    from argus.streams.summary_record import KernelNames
-
-    book = KernelNames()
-    n_kb = n_ks = 0
-
-    def add_summary(rec: Mapping[str, Any]) -> None:
-        rk = int(rec["rank"])
-        coords_of[rk] = rec.get("coords") or {}
-        w = win_of(int(rec["window_id"]))
-        for key, s in summary_groups(rec, book).items():
-            kern[w][rk][key].append(s)
-
-    for rec in kernel_batches:
-        if rec.get("job") != the_job:
-            continue
-        n_kb += 1
-        for si in rec.get("streams", []):
-            skinds[int(rec["rank"])][int(si["id"])] = si.get("kind", "unknown")
-        add_summary(batch_summaries(rec))  # the compressor's work, then the L3 agent's
-    for rec in kernel_summaries:
-        if rec.get("job") != the_job:
-            continue
-        n_ks += 1
-        for si in rec.get("streams", []):  # summaries carry their batch's stream kinds
-            skinds[int(rec["rank"])][int(si["id"])] = si.get("kind", "unknown")
-        add_summary(rec)
-    res.inputs["kernel_batches"] = n_kb
-    res.inputs["kernel_summaries"] = n_ks
-    # windows
-    by_win: dict[int, list[Mapping[str, Any]]] = defaultdict(list)
-    for rec in step_recs:
-        by_win[win_of(int(rec["step"]))].append(rec)
-    state = FunnelState()
+    res.anomalies = list(out.anomalies)
+    res.findings = [finding_from_anomaly(a) for a in out.findings]
     last: dict[str, Verdict] = {}
-    for w in sorted(set(by_win) | set(kern)):
-        recs = by_win.get(w, [])
-        ws, we = first + w * window_steps, first + (w + 1) * window_steps - 1
-        mask = (series.steps >= ws) & (series.steps <= we)
-        wsn = int(series.start_ns[mask].min()) if mask.any() else 0
-        wen = int(series.end_ns[mask].max()) if mask.any() else 0
+    for ws, we, fo in out.windows:
         res.windows.append((ws, we))
-        found: list[Finding] = []
-        for gw in group_windows(recs, routing, job=the_job):
-            found.extend(l2.detect(gw, cfg.l2))
-        if w in kern:
-            rks = rank_kernels(kern[w], coords_of, skinds)
-            found.extend(
-                detect_window(the_job, rks, window=(ws, we, wsn, wen), cfg=cfg.l3, routing=routing)
-            )
-        res.findings.extend(found)
-        overlapping = [
-            f for f in l1_findings if f.window_start_step <= we and f.window_end_step >= ws
-        ]
-        state, out = funnel.step(state, [*found, *overlapping], cfg.funnel, groups=routing.groups)
-        for v in out.verdicts:
+        for v in fo.verdicts:
             last[v.dedup_key] = v
             res.first_step.setdefault(v.dedup_key, min(we, int(series.steps[-1])))
-        res.alerts.extend(out.alerts)
+    res.alerts = list(out.alerts)
     res.verdicts = sorted(last.values(), key=lambda v: (-v.confidence, v.dedup_key))
     return res
 

@@ -290,9 +290,9 @@ class ReplayResult:
     skipped: list[str] = field(default_factory=list)
     """Undecodable records of the job, skipped (``topic[partition]@offset: reason``)."""
     stream_anomalies: list[dict[str, Any]] = field(default_factory=list)
-    """What the live workers emitted for these records (their window agents run offline by
-    :func:`argus.streams.memory.replay_stream`): the same anomaly ids as the live
-    ``argus.anomalies``, for windows that do not need history from before the range."""
+    """Every anomaly record the engine emitted for these records (findings and verdicts,
+    :attr:`DiagnoseResult.anomalies`): the live ``argus.anomalies`` of the same records,
+    same ids, for windows that do not need history from before the range."""
 
     def to_json(self) -> dict[str, Any]:
         doc = self.result.to_json()
@@ -364,6 +364,8 @@ def replay(
     if not batches:
         summaries = in_steps(read_range(settings, t["summary.kernels"], tr, **kw))
         source = "summary.kernels" if summaries else "none"
+    from argus.streams.pipeline_config import PipelineConfig
+
     res = diagnose(
         steps,
         kernel_batches=batches,
@@ -371,21 +373,12 @@ def replay(
         config=config,
         window_steps=window_steps,
         job=job,
-    )
-    from argus.streams.memory import replay_stream
-    from argus.streams.pipeline_config import PipelineConfig
-
-    live = replay_stream(
-        steps,
-        kernel_batches=batches,
-        kernel_summaries=summaries,
-        detectors=config,
         pcfg=PipelineConfig.from_mapping(settings.section("streams")),
     )
     read = {"step_records": len(steps), "kernel_batches": len(batches)}
     read["kernel_summaries"] = len(summaries)
     read["undecodable"] = len(errors)
-    return ReplayResult(job, tr, res, source, read, errors, live.anomalies)
+    return ReplayResult(job, tr, res, source, read, errors, res.anomalies)
 
 
 def publish_findings(settings: Any, result: DiagnoseResult, topic: str) -> int:

@@ -49,6 +49,7 @@ LOAD_ENV = {  # the workers' settings under sustained load
     "ARGUS_STREAMS__INTERNAL_PARTITIONS": "4",
     "ARGUS_STREAMS__FUNNEL_GRACE_S": "5",
     "ARGUS_STREAMS__FUNNEL_IDLE_S": "10",
+    "ARGUS_STREAMS__IDLE_CLOSE_S": "8",
 }
 
 Step = tuple[str, str, dict[str, Any]]  # (record type, key, record) from argus.sim.simulate

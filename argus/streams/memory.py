@@ -31,7 +31,7 @@ from argus.streams.summary_record import summarize_batch
 
 __all__ = ["EngineResult", "replay_stream", "run_engine"]
 
-_IDLE_ROUNDS = 64  # quiet funnel windows at most, at the end of the input
+_IDLE_ROUNDS = 100_000  # funnel idle periods at most, at the end of the input
 
 
 class _Topic:
@@ -78,10 +78,12 @@ class _MemoryCtx:
 @dataclass(frozen=True)
 class EngineResult:
     """What the engine emitted, in emission order: ``anomaly`` records (L1-L3 findings and
-    the funnel's verdicts, level ``funnel``) and ``alert`` records."""
+    the funnel's verdicts, level ``funnel``) and ``alert`` records; ``windows``: each closed
+    funnel window's ``(first step, last step, FunnelOutput)``."""
 
     anomalies: list[dict[str, Any]]
     alerts: list[dict[str, Any]] = field(default_factory=list)
+    windows: list[tuple[int, int, Any]] = field(default_factory=list)
 
     @property
     def ids(self) -> set[str]:
@@ -110,6 +112,9 @@ class _Engine:
         self.blocks = _Blocks(ctx, self.job_tier.levels)  # type: ignore[arg-type]
         self.l3 = _L3(ctx, self.routing, ctx.table("l3-cells"))  # type: ignore[arg-type]
         self.funnel = _Funnel(ctx) if funnel else None  # type: ignore[arg-type]
+        self.windows: list[tuple[int, int, Any]] = []
+        if self.funnel is not None:
+            self.funnel.on_window = lambda a, b, out: self.windows.append((a, b, out))
         self.state: dict[tuple[str, str], Any] = {}
         self.now = 0.0  # the funnel's processing clock: only its idle rule reads it
 
@@ -120,8 +125,10 @@ class _Engine:
         return st
 
     async def step(self, rec: Mapping[str, Any]) -> None:
+        from argus.detectors.inputs import validate_step_record
         from argus.streams.agents.steps import route_step
 
+        validate_step_record(rec)  # as the live router does
         for key, item in route_step(rec, self.ctx.pcfg.steps_block_ranks):
             await self.blocks.add(key, self._st(self.blocks, "blocks", key), item, self.now)
         await self.pump()
@@ -177,7 +184,7 @@ class _Engine:
         if self.funnel is None:
             return
         idle = self.ctx.pcfg.funnel_idle_s
-        for _ in range(_IDLE_ROUNDS):  # quiet windows, one per idle period, as live
+        for _ in range(_IDLE_ROUNDS):  # one window per idle period, as live
             self.now += 3 * idle
             changed = False
             for (name, key), st in list(self.state.items()):
@@ -218,16 +225,31 @@ def run_engine(
     ``funnel=False`` stops at the L1-L3 findings.
     """
     ctx = _MemoryCtx(detectors or DetectorsConfig(), pcfg or PipelineConfig())
-    summaries = [summarize_batch(b) for b in kernel_batches] + [dict(s) for s in kernel_summaries]
+    summaries = [_summarize(b) for b in kernel_batches] + [dict(s) for s in kernel_summaries]
+    eng = _Engine(ctx, funnel=funnel)
 
     async def go() -> None:
-        eng = _Engine(ctx, funnel=funnel)
         for _, kind, rec in _event_order(steps, summaries):
             await (eng.step(rec) if kind == "step" else eng.summary(rec))
         await eng.finish()
 
     asyncio.run(go())
-    return EngineResult(ctx.anomalies, ctx.alerts)
+    return EngineResult(ctx.anomalies, ctx.alerts, eng.windows)
+
+
+def _summarize(batch: Mapping[str, Any]) -> dict[str, Any]:
+    """The compressor's work on one ``kernel_batch``; a bad batch raises
+    :class:`~argus.detectors.errors.DetectorInputError` naming it."""
+    from argus.detectors.errors import DetectorInputError
+    from argus.streams.summary_record import BatchError
+
+    try:
+        return summarize_batch(batch)
+    except BatchError as exc:
+        raise DetectorInputError(
+            f"kernel_batch {batch.get('job')}/{batch.get('rank')} window"
+            f" {batch.get('window_id')}: {exc}"
+        ) from exc
 
 
 def replay_stream(

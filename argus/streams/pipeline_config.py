@@ -51,11 +51,15 @@ class PipelineConfig:
         Steps per funnel window (event time); persistence counts these windows. 10, as
         ``argus diagnose``.
     funnel_grace_s : float
-        How long a funnel window stays open after the job's progress passed its end, for the
-        slower levels (L3) to report (s).
+        For jobs whose step records do not declare their kernel windows
+        (``collector.kernels``) only: how long a funnel window stays open after the steps
+        passed its end, for L3 scopes seen before to report (s). Declared jobs wait on event
+        time instead (:mod:`argus.streams.agents.funnel`).
     funnel_idle_s : float
-        A job with no progress for this long closes one (quiet) funnel window per period, so
-        alerts of a finished or stalled job still resolve (s).
+        A job with no progress for this long closes one funnel window per period, so the
+        last window of a finished or stalled job closes and its alerts resolve (s). Must
+        exceed ``idle_close_s``, so that the steps and L3 windows a finished job left open
+        close (incomplete) before the funnel's last window does. 150.
     internal_partitions : int
         Partitions of the re-key topics and tables (scale-out unit of L1/L2/L3/funnel).
     fidelity_every : int
@@ -131,7 +135,7 @@ class PipelineConfig:
     l3_windows: int = 10
     funnel_window_steps: int = 10
     funnel_grace_s: float = 15.0
-    funnel_idle_s: float = 60.0
+    funnel_idle_s: float = 150.0
     internal_partitions: int = 4
     fidelity_every: int = 16
     stack_window_s: float = 10.0
@@ -163,6 +167,12 @@ class PipelineConfig:
                     raise ConfigError(f"streams.{f.name} must be >= 0, got {v}")
             elif v <= 0:
                 raise ConfigError(f"streams.{f.name} must be > 0, got {v}")
+        if self.funnel_idle_s <= self.idle_close_s:
+            raise ConfigError(
+                f"streams.funnel_idle_s ({self.funnel_idle_s}) must exceed streams.idle_close_s"
+                f" ({self.idle_close_s}): a finished job's last steps close before its last"
+                " funnel window"
+            )
 
     @classmethod
     def from_mapping(cls, m: Mapping[str, Any] | None) -> PipelineConfig:

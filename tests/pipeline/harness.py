@@ -2,21 +2,25 @@
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from argus.config import Settings
+from argus.config import Settings, load_settings
+from argus.kafka.local import LocalBroker
 from argus.streams.local_run import WorkerProcess
 
 FAST = {  # short windows so the tests run in seconds
     "ARGUS_STREAMS__INTERNAL_PARTITIONS": "2",
     "ARGUS_STREAMS__FUNNEL_GRACE_S": "4",
-    "ARGUS_STREAMS__FUNNEL_IDLE_S": "6",
+    "ARGUS_STREAMS__FUNNEL_IDLE_S": "10",
     "ARGUS_STREAMS__IDLE_CLOSE_S": "8",
 }
 
@@ -42,6 +46,51 @@ def worker(prefix: str, tmp: Path, roles: tuple[str, ...] = ("all",), **env: str
 
 def workers(prefix: str, tmp: Path, **env: str) -> list[WorkerProcess]:
     return [worker(prefix, tmp, roles, **env).start() for roles in SPLIT]
+
+
+def group_id(prefix: str, roles: tuple[str, ...]) -> str:
+    """The consumer group (faust app id) of a worker running ``roles`` on ``prefix``."""
+    return f"{prefix}-{'-'.join(sorted(roles))}"
+
+
+def has_metric(w: WorkerProcess, name: str, **labels: str) -> bool:
+    """The worker serves a sample of ``name`` with ``labels`` (e.g. its lag gauge, set once
+    it holds partitions)."""
+    try:
+        url = f"http://127.0.0.1:{w.metrics_port}/metrics"
+        text = urllib.request.urlopen(url, timeout=2).read().decode()
+    except OSError:
+        return False
+    for line in text.splitlines():
+        m = re.match(rf"^{name}\{{(.*)\}} \S+$", line)
+        if m and all(f'{k}="{v}"' in m.group(1) for k, v in labels.items()):
+            return True
+    return False
+
+
+@contextmanager
+def private_broker(tmp: Path) -> Iterator[tuple[LocalBroker, Settings, dict[str, str]]]:
+    """A broker of this test alone (own ports, state dir under ``tmp``), for tests that stop
+    it; the shared broker on 127.0.0.1:19092 is never touched. Yields the broker, its
+    settings and the environment that points a worker at it (no ``ARGUS_TOPIC_PREFIX``)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ARGUS_")}
+    if "ARGUS_CACHE_DIR" in os.environ:
+        env["ARGUS_CACHE_DIR"] = os.environ["ARGUS_CACHE_DIR"]
+    (tmp / "none.toml").write_text("")
+    env |= {
+        "ARGUS_STATE_DIR": str(tmp / "kafka"),
+        "ARGUS_KAFKA_PORT": str(free_port()),
+        "ARGUS_KAFKA_CONTROLLER_PORT": str(free_port()),
+        "ARGUS_KAFKA_HEAP": "384m",
+        "ARGUS_CONFIG": str(tmp / "none.toml"),
+    }
+    settings = load_settings(env=env)
+    broker = LocalBroker(settings)
+    assert broker.up(timeout_s=120).running
+    try:
+        yield broker, settings, env
+    finally:
+        broker.down()
 
 
 def metric(w: WorkerProcess, name: str, **labels: str) -> float:

@@ -45,6 +45,7 @@ def _funnel(prefix: str, tmp: Path) -> WorkerProcess:
         PAUSE_ENV: "0.5",
         "ARGUS_STREAMS__FUNNEL_GRACE_S": "1",
         "ARGUS_STREAMS__FUNNEL_IDLE_S": "2",
+        "ARGUS_STREAMS__IDLE_CLOSE_S": "1",
     }
     return worker(prefix, tmp, ("funnel",), **env).start()
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from argus.detectors.config import DetectorsConfig
 from argus.detectors.findings import Finding, to_anomaly
-from argus.streams.agents.funnel import _Funnel
+from argus.streams.agents.funnel import _MAX_OPEN, _Funnel
 from argus.streams.pipeline_config import PipelineConfig
 
 JOB = "job-a"
@@ -77,7 +77,7 @@ def test_without_the_announcement_the_window_closed_before_its_finding() -> None
     assert waiting == 0  # ... and the finding went to the next window
 
 
-def test_the_grace_period_bounds_the_wait() -> None:
+def test_a_lost_announced_finding_holds_the_window_until_the_job_is_idle() -> None:
     fun = _funnel()
     st = fun.new(JOB)
     _run(
@@ -86,8 +86,35 @@ def test_the_grace_period_bounds_the_wait() -> None:
         (JOB, st, {"progress": 19, "ids": {"lost-id": 19}}, 1.0),
         (JOB, st, {"l3": "dp/pp0.tp0", "w": 19}, 1.0),
     )
-    _run(fun.tick, (JOB, st, 2.0))
+    _run(fun.tick, (JOB, st, 2.0 + 15.0))  # no clock closes it while the job goes on
     assert st["closed"] == 0
-    _run(fun.tick, (JOB, st, 2.0 + 15.0))  # the announced finding never came
+    _run(fun.tick, (JOB, st, 1.0 + fun.idle))  # the job went quiet: the idle bound
     assert st["closed"] == 1
     assert st["expect"] == {}
+
+
+def test_declared_l3_scopes_hold_the_window_whatever_the_lag() -> None:
+    """Steps 0-9 carry kernels judged by 2 L3 scopes: window 0 closes only once both judged
+    past step 9, however long (in processing time) the second takes while the job goes on."""
+    fun = _funnel()
+    st = fun.new(JOB)
+    _run(fun.add, *[(JOB, st, {"progress": s, "l3n": 2}, float(s)) for s in range(10)])
+    _run(fun.add, (JOB, st, {"l3": "dp/a", "w": 9}, 10.0))
+    for t in range(10, 200, 5):  # progress keeps coming: the job is not idle
+        _run(fun.add, (JOB, st, {"progress": t, "l3n": 2}, float(t)))
+        _run(fun.tick, (JOB, st, float(t)))
+    assert st["closed"] == -1
+    _run(fun.add, (JOB, st, _straggler(9), 201.0))  # a late L3-time finding: its own window
+    _run(fun.add, (JOB, st, {"l3": "dp/b", "w": 9}, 202.0))
+    _run(fun.tick, (JOB, st, 202.0))
+    assert st["closed"] == 0
+    assert st["fs"]["culprits"], "the finding was judged in window 0"
+
+
+def test_the_memory_bound_closes_a_window_left_far_behind() -> None:
+    fun = _funnel()
+    st = fun.new(JOB)
+    end = 10 * (_MAX_OPEN + 1)
+    _run(fun.add, *[(JOB, st, {"progress": s, "l3n": 1}, 1.0) for s in range(end)])
+    _run(fun.tick, (JOB, st, 1.0))
+    assert st["closed"] == 0  # window 0 given up; the others still wait for L3

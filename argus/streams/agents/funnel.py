@@ -2,14 +2,26 @@
 
 The router re-keys anomalies by job (a culprit's L1, L2 and L3 findings come from different
 groups). Findings go to event-time windows of ``funnel_window_steps`` steps by their last
-step, like ``argus diagnose``. L1 reports each closed step, and L3 each evaluated block of
-kernel windows, on the same internal topic. A window closes once L1 passed its end and
-either L3 did too (every scope group of the job) or ``funnel_grace_s`` passed, so the slower
-L3 findings join the L2 findings of the same steps; then the pure funnel
+step. The job tier of the steps roles reports each closed step (its *progress*, with the ids
+of the findings it just emitted and, for steps a kernel batch covers, how many L3 scopes will
+judge them); each L3 scope reports the window id up to which it judged. **A window closes
+on event time** (docs/pipeline.md, "Time model") once
+
+* the steps passed its end, and every step finding announced up to its end arrived (they
+  travel one hop more than the progress), and
+* every L3 scope the job's steps declared (``step_record.collector.kernels``) judged past
+  its end; for a job that declares none, every L3 scope seen so far did, or else
+  ``funnel_grace_s`` of processing time passed (collectors that do not declare their kernel
+  windows get the old, lag-dependent rule).
+
+So a late or lagging L3 finding joins its own window, like a prompt one. Two bounds are
+processing time and only end waits: a window the steps passed by ``_MAX_OPEN`` windows
+closes anyway (memory), and a job without progress for ``funnel_idle_s`` closes one window
+per period (three periods while L3 still has to judge it), so a finished or stalled job's
+last window closes and its alerts resolve. Then the pure funnel
 (:func:`argus.detectors.funnel.step`) advances by that window: quiet windows count towards
-resolving an alert. A job without progress for ``funnel_idle_s`` closes one quiet window per
-period (once L3 caught up, or after three periods), so a finished job's alerts resolve.
-Findings for a window already closed join the next open one.
+resolving an alert. Findings for a window already closed join the next open one (counted
+``argus_late_records_total{role="funnel"}``).
 
 A closed window's verdicts go to ``argus.anomalies`` (level ``funnel``, the records and ids
 of :meth:`argus.detectors.funnel.Verdict.to_anomaly`, as ``argus diagnose`` makes them) and
@@ -23,7 +35,7 @@ seen are kept too, so a replayed anomaly is not counted again).
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import faust
@@ -39,6 +51,9 @@ from argus.streams.outbox import Outbox, OutboxEntry
 from argus.streams.validate import checker
 
 __all__ = ["finding_from_anomaly", "register"]
+
+_MAX_OPEN = 64
+"""Windows the steps may run ahead of the funnel's oldest open window (memory bound)."""
 
 _FIELDS = (
     "job",
@@ -80,6 +95,8 @@ class _Funnel:
         self.idle = ctx.pcfg.funnel_idle_s
         self.resumed: set[str] = set()  # jobs whose state this process has touched
         self.outbox = Outbox(ctx)
+        # called with (first step, last step, output) of each closed window (offline drivers)
+        self.on_window: Callable[[int, int, funnel.FunnelOutput], None] | None = None
 
     def new(self, key: str) -> dict[str, Any]:
         return {
@@ -96,8 +113,12 @@ class _Funnel:
         }
 
     def _start(self, st: dict[str, Any], step: int, now: float) -> None:
-        if st["closed"] is None:  # first sight of the job: windows before it are not ours
-            st["closed"] = step // self.w - 1
+        """First progress of the job: its windows start at that step's window, or at the
+        earliest window a finding that came before it belongs to (windows before are not
+        ours)."""
+        if st["closed"] is None:
+            first = min([step // self.w, *(int(k) for k in st["buckets"])])
+            st["closed"] = first - 1
             st["t_progress"] = now
 
     async def add(self, job: str, st: dict[str, Any], m: dict[str, Any], now: float) -> None:
@@ -109,6 +130,10 @@ class _Funnel:
             self._start(st, int(m["progress"]), now)
             st["progress"] = max(st["progress"], int(m["progress"]))
             st["t_progress"] = now
+            if m.get("l3n"):  # L3 scopes that will judge this step's kernels
+                win = str(int(m["progress"]) // self.w)
+                need = st.setdefault("l3n", {})
+                need[win] = max(int(need.get(win, 0)), int(m["l3n"]))
             expect = st.setdefault("expect", {})
             for i, end in (m.get("ids") or {}).items():
                 if i not in st["seen"]:  # sent before this progress, still on its way
@@ -118,8 +143,10 @@ class _Funnel:
         if not remember(st["seen"], m["id"]):
             metrics.DUPLICATES.labels("funnel").inc()
             return
-        self._start(st, int(m["window_end_step"]), now)
-        k = max(int(m["window_end_step"]) // self.w, st["closed"] + 1)
+        k = int(m["window_end_step"]) // self.w
+        if st["closed"] is not None and k <= st["closed"]:
+            metrics.LATE.labels("funnel").inc()
+            k = st["closed"] + 1
         st["buckets"].setdefault(str(k), []).append(m)
 
     def _resumed(self, job: str, st: dict[str, Any], now: float) -> bool:
@@ -133,33 +160,46 @@ class _Funnel:
         return True
 
     async def tick(self, job: str, st: dict[str, Any], now: float) -> bool:
+        """Close every window whose sources passed it (event time), then the bounds."""
         if st["closed"] is None:
             return False
         changed = self._resumed(job, st, now)
-        l3 = min(st["l3"].values()) if st["l3"] else None
         while True:
             k = st["closed"] + 1
             end = (k + 1) * self.w - 1
             idle = now - st["t_progress"]
-            if st["progress"] >= end:
-                t = st["passed"].setdefault(str(k), now)
-                changed = changed or t == now
-                # early when L3 has judged the window and the step findings it was told of
-                # arrived (they travel one hop more than the progress), else after the grace
-                early = l3 is not None and l3 >= end and not self._awaited(st, end)
-                if not early and now - t < self.grace:
-                    break
+            judged = self._l3_judged(st, k, end)
+            if st["progress"] >= end and not self._awaited(st, end) and judged is not False:
+                if judged is None:  # undeclared kernels: the old grace
+                    t = st["passed"].setdefault(str(k), now)
+                    changed = changed or t == now
+                    if now - t < self.grace:
+                        break
+            elif st["progress"] >= end + _MAX_OPEN * self.w:
+                metrics.WINDOWS.labels("funnel", "incomplete").inc()  # memory bound
             elif (
-                (st["buckets"] or st["fs"]["culprits"])
+                (st["buckets"] or st["fs"]["culprits"] or st["progress"] >= end)
                 and idle >= self.idle
-                and (l3 is None or l3 >= st["progress"] or idle >= 3 * self.idle)
+                and (judged is not False or idle >= 3 * self.idle)
             ):
-                st["t_progress"] = now  # one quiet window per idle period
+                st["t_progress"] = now  # one window per idle period
             else:
                 break
             await self._close(st, k)
             changed = True
         return changed
+
+    def _l3_judged(self, st: dict[str, Any], k: int, end: int) -> bool | None:
+        """Whether L3 judged window ``k`` (last step ``end``): True/False, or None when the
+        job declares no kernel windows for it but L3 scopes of it are known (undecidable on
+        event time: the caller falls back to the grace)."""
+        need = int(st.get("l3n", {}).get(str(k), 0))
+        done = sum(1 for w in st["l3"].values() if w >= end)
+        if need:
+            return done >= need
+        if not st["l3"] or done == len(st["l3"]):
+            return True
+        return None
 
     @staticmethod
     def _awaited(st: dict[str, Any], end: int) -> bool:
@@ -169,6 +209,7 @@ class _Funnel:
     async def _close(self, st: dict[str, Any], k: int) -> None:
         findings = [finding_from_anomaly(f) for f in st["buckets"].pop(str(k), [])]
         st["passed"].pop(str(k), None)
+        st.get("l3n", {}).pop(str(k), None)
         st["closed"] = k
         end = (k + 1) * self.w - 1
         st["expect"] = {i: e for i, e in st.get("expect", {}).items() if e > end}  # late now
@@ -176,6 +217,8 @@ class _Funnel:
             funnel.FunnelState.from_dict(st["fs"]), findings, self.cfg, groups=self.groups
         )
         st["fs"] = fs.to_dict()
+        if self.on_window is not None:
+            self.on_window(k * self.w, end, out)
         # verdicts and alerts leave through the outbox, after the state that knows of them
         st.setdefault("outbox", []).extend(
             _outbox(self.outbox, out, (k * self.w, end), time.time_ns())
