@@ -4,8 +4,9 @@ The router re-keys anomalies by job (a culprit's L1, L2 and L3 findings come fro
 groups). Findings go to event-time windows of ``funnel_window_steps`` steps by their last
 step. The job tier of the steps roles reports each closed step (its *progress*, with the ids
 of the findings it just emitted and, for steps a kernel batch covers, how many L3 scopes will
-judge them); each L3 scope reports the window id up to which it judged. **A window closes
-on event time** (docs/pipeline.md, "Time model") once
+judge them); each L3 scope reports the window id up to which it judged, with the ids of the
+findings it just sent. **A window closes on event time** (docs/pipeline.md, "Time model")
+once
 
 * the steps passed its end, and every step finding announced up to its end arrived (they
   travel one hop more than the progress), and
@@ -125,6 +126,7 @@ class _Funnel:
         self._resumed(job, st, now)
         if "l3" in m:
             st["l3"][m["l3"]] = max(int(m["w"]), int(st["l3"].get(m["l3"], -1)))
+            self._expect(st, m)
             return
         if "progress" in m:
             self._start(st, int(m["progress"]), now)
@@ -134,10 +136,7 @@ class _Funnel:
                 win = str(int(m["progress"]) // self.w)
                 need = st.setdefault("l3n", {})
                 need[win] = max(int(need.get(win, 0)), int(m["l3n"]))
-            expect = st.setdefault("expect", {})
-            for i, end in (m.get("ids") or {}).items():
-                if i not in st["seen"]:  # sent before this progress, still on its way
-                    expect[i] = int(end)
+            self._expect(st, m)
             return
         st.setdefault("expect", {}).pop(m["id"], None)
         if not remember(st["seen"], m["id"]):
@@ -148,6 +147,15 @@ class _Funnel:
             metrics.LATE.labels("funnel").inc()
             k = st["closed"] + 1
         st["buckets"].setdefault(str(k), []).append(m)
+
+    @staticmethod
+    def _expect(st: dict[str, Any], m: dict[str, Any]) -> None:
+        """Findings a progress message names: sent before it, still on their way (one hop
+        more, through ``argus.anomalies``); the windows they belong to wait for them."""
+        expect = st.setdefault("expect", {})
+        for i, end in (m.get("ids") or {}).items():
+            if i not in st["seen"]:
+                expect[i] = int(end)
 
     def _resumed(self, job: str, st: dict[str, Any], now: float) -> bool:
         """First sight of a job's state in this process (after a restart): the time the

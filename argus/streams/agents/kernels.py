@@ -193,10 +193,11 @@ class _L3:
                 if v is not None:
                     records.append(self.ctx.codec.decode_as("kernel_summary", base64.b64decode(v)))
                     del self.cells[key]
-        if records:
-            await self._judge(job, records, incomplete, st["emitted"])
+        sent = await self._judge(job, records, incomplete, st["emitted"]) if records else []
+        # naming the findings just sent: they reach the funnel one hop later (anomalies)
+        ids = {a["id"]: a["window_end_step"] for a in sent}
         await self.ctx.send_keyed(
-            self.progress, job, {"items": [{"l3": gk, "w": upto}], "t": time.time()}
+            self.progress, job, {"items": [{"l3": gk, "w": upto, "ids": ids}], "t": time.time()}
         )
 
     async def _judge(
@@ -205,7 +206,7 @@ class _L3:
         records: list[dict[str, Any]],
         incomplete: int | None,
         emitted: list[str],
-    ) -> None:
+    ) -> list[dict[str, Any]]:
         window = (
             min(int(r["window_id"]) for r in records),
             max(int(r["window_id"]) for r in records),
@@ -227,7 +228,7 @@ class _L3:
                 dataclasses.replace(f, evidence={**f.evidence, "incomplete_step": str(incomplete)})
                 for f in found
             ]
-        await emit_findings(self.ctx, found, emitted, "l3")
+        return await emit_findings(self.ctx, found, emitted, "l3")
 
 
 def register_l3(ctx: Ctx) -> None:
