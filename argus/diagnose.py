@@ -25,9 +25,9 @@ from argus.detectors.findings import Finding, to_anomaly
 from argus.detectors.funnel import Verdict
 from argus.detectors.inputs import job_series
 from argus.detectors.kernel_inputs import summary_groups
-from argus.streams.agents.funnel import finding_from_anomaly
 from argus.streams.memory import run_engine
 from argus.streams.pipeline_config import PipelineConfig
+from argus.streams.roles.funnel import finding_from_anomaly
 
 __all__ = [
     "DiagnoseResult",

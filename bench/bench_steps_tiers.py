@@ -1,7 +1,7 @@
 """CPU of the steps roles' two tiers, per record and per step, up to a 10,000-rank job.
 
-The very agents of ``argus.streams.agents.steps`` (per-block :class:`_Blocks`, per-job
-:class:`_Steps`, L1 + L2 on) over a simulated job's step records, driven offline as
+The very roles of ``argus.streams.roles.steps`` (per-block :class:`StepBlocks`, per-job
+:class:`JobSteps`, L1 + L2 on) over a simulated job's step records, driven offline as
 ``argus replay`` does (tables are dicts, topics lists: no Kafka, faust or changelog JSON, so
 these are the agents' own costs; the live per-worker figure in BENCHMARKS.md includes those).
 
@@ -30,18 +30,18 @@ sys.path.insert(0, str(ROOT))
 
 from argus.detectors.config import DetectorsConfig  # noqa: E402
 from argus.sim.simulate import SimRun, simulate  # noqa: E402
-from argus.streams.agents.steps import _Blocks, _Steps, route_step  # noqa: E402
 from argus.streams.memory import _MemoryCtx  # noqa: E402
 from argus.streams.pipeline_config import PipelineConfig  # noqa: E402
+from argus.streams.roles.steps import JobSteps, StepBlocks, route_step  # noqa: E402
 
 STEP_PERIOD_S = 4.0  # 15 steps/min, the pipeline benchmark's working point
 
 
 async def _measure(recs: list[dict[str, Any]], block_ranks: int, steps: int) -> dict[str, float]:
     ctx = _MemoryCtx(DetectorsConfig(), PipelineConfig(steps_block_ranks=block_ranks))
-    job_tier = _Steps(ctx)  # type: ignore[arg-type]
+    job_tier = JobSteps(ctx)  # type: ignore[arg-type]
     job_tier.levels.update({"l1", "l2"})
-    blocks = _Blocks(ctx, job_tier.levels)  # type: ignore[arg-type]
+    blocks = StepBlocks(ctx, job_tier.levels)  # type: ignore[arg-type]
     routed = [kv for r in recs for kv in route_step(r, block_ranks)]
     bstate: dict[str, Any] = {}
     jstate: dict[str, Any] = {}

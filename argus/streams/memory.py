@@ -17,16 +17,19 @@ windows).
 from __future__ import annotations
 
 import asyncio
-import base64
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from argus.detectors.config import DetectorsConfig
+from argus.detectors.inputs import validate_step_record
 from argus.detectors.routing import Routing
 from argus.schemas import Codec
 from argus.streams.pipeline_config import PipelineConfig
+from argus.streams.roles.funnel import Funnel
+from argus.streams.roles.l3 import L3Windows, route_summary
+from argus.streams.roles.steps import JobSteps, StepBlocks, route_step
 from argus.streams.summary_record import summarize_batch
 
 __all__ = ["EngineResult", "replay_stream", "run_engine"]
@@ -101,17 +104,13 @@ class EngineResult:
 
 class _Engine:
     def __init__(self, ctx: _MemoryCtx, *, funnel: bool) -> None:
-        from argus.streams.agents.funnel import _Funnel
-        from argus.streams.agents.kernels import _L3
-        from argus.streams.agents.steps import _Blocks, _Steps
-
         self.ctx = ctx
         self.routing = Routing.from_config(ctx.detectors.routing)
-        self.job_tier = _Steps(ctx)  # type: ignore[arg-type]
+        self.job_tier = JobSteps(ctx)
         self.job_tier.levels.update({"l1", "l2"})
-        self.blocks = _Blocks(ctx, self.job_tier.levels)  # type: ignore[arg-type]
-        self.l3 = _L3(ctx, self.routing, ctx.table("l3-cells"))  # type: ignore[arg-type]
-        self.funnel = _Funnel(ctx) if funnel else None  # type: ignore[arg-type]
+        self.blocks = StepBlocks(ctx, self.job_tier.levels)
+        self.l3 = L3Windows(ctx, self.routing, ctx.table("l3-cells"))
+        self.funnel = Funnel(ctx) if funnel else None
         self.windows: list[tuple[int, int, Any]] = []
         if self.funnel is not None:
             self.funnel.on_window = lambda a, b, out: self.windows.append((a, b, out))
@@ -125,24 +124,15 @@ class _Engine:
         return st
 
     async def step(self, rec: Mapping[str, Any]) -> None:
-        from argus.detectors.inputs import validate_step_record
-        from argus.streams.agents.steps import route_step
-
         validate_step_record(rec)  # as the live router does
         for key, item in route_step(rec, self.ctx.pcfg.steps_block_ranks):
             await self.blocks.add(key, self._st(self.blocks, "blocks", key), item, self.now)
         await self.pump()
 
     async def summary(self, rec: Mapping[str, Any]) -> None:
-        sid = self.routing.group_for_kind(rec["coords"], "dp")
-        key = f"{rec['job']}/dp/{sid}"
-        item = {
-            "r": rec["rank"],
-            "w": rec["window_id"],
-            "exp": self.routing.expected_size(rec["coords"], "dp"),
-            "v": base64.b64encode(self.ctx.codec.encode("kernel_summary", dict(rec))).decode(),
-        }
-        await self.l3.add(key, self._st(self.l3, "l3", key), item, self.now)
+        value = self.ctx.codec.encode("kernel_summary", dict(rec))
+        for key, item in route_summary(rec, value, self.routing):
+            await self.l3.add(key, self._st(self.l3, "l3", key), item, self.now)
         await self.pump()
 
     async def pump(self) -> None:

@@ -32,14 +32,13 @@ import os
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Mapping
-from typing import Any, TypedDict
+from typing import Any
 
-from argus.detectors.alert_id import alert_identity
 from argus.streams import metrics
+from argus.streams.roles.outbox import OutboxEntry, entry, identity, normalize
 from argus.streams.topic_tail import identities_since
 
-__all__ = ["PAUSE_ENV", "Outbox", "OutboxEntry", "entry", "identity", "normalize"]
+__all__ = ["PAUSE_ENV", "Outbox"]
 
 log = logging.getLogger("argus.streams")
 
@@ -53,54 +52,6 @@ PAUSE_ENV = "ARGUS_FAILPOINT_OUTBOX_PAUSE_S"
 once the entries are acknowledged, widening the windows in which a SIGKILL used to lose or
 repeat an alert. Unset (0) in production."""
 _MAX_SENT = 65_536
-
-
-class OutboxEntry(TypedDict):
-    """One record waiting in the outbox (a JSON-able part of the funnel state)."""
-
-    topic: str  # topic suffix: "alerts" | "anomalies"
-    key: str
-    record: str  # schema short name: "alert" | "anomaly"
-    value: dict[str, Any]
-    id: str  # identity (:func:`identity`)
-    by: str  # the process that put it here (Outbox.incarnation); "" unknown
-    t: float | None  # wall time it was put here (s since epoch); None unknown
-
-
-def identity(record: str, value: Mapping[str, Any]) -> str:
-    """What tells a record from another on its topic: an anomaly's ``id``, an alert's
-    (:func:`argus.detectors.alert_id.alert_identity`)."""
-    return alert_identity(value) if record == "alert" else str(value["id"])
-
-
-def entry(topic: str, key: str, record: str, value: dict[str, Any], *, by: str) -> OutboxEntry:
-    """An outbox entry put there now by process ``by``."""
-    return OutboxEntry(
-        topic=topic,
-        key=key,
-        record=record,
-        value=value,
-        id=identity(record, value),
-        by=by,
-        t=time.time(),
-    )
-
-
-def normalize(raw: Mapping[str, Any]) -> OutboxEntry:
-    """An entry as stored; a bare ``alert`` record (the outbox of an older version) becomes
-    an alert entry of unknown origin and time."""
-    if "record" in raw and "value" in raw:
-        return OutboxEntry(**raw)  # type: ignore[typeddict-item]
-    value = dict(raw)
-    return OutboxEntry(
-        topic="alerts",
-        key=str(value["dedup_key"]),
-        record="alert",
-        value=value,
-        id=identity("alert", value),
-        by="",
-        t=None,
-    )
 
 
 class Outbox:

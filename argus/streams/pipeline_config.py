@@ -54,7 +54,7 @@ class PipelineConfig:
         For jobs whose step records do not declare their kernel windows
         (``collector.kernels``) only: how long a funnel window stays open after the steps
         passed its end, for L3 scopes seen before to report (s). Declared jobs wait on event
-        time instead (:mod:`argus.streams.agents.funnel`).
+        time instead (:mod:`argus.streams.roles.funnel`).
     funnel_idle_s : float
         A job with no progress for this long closes one funnel window per period, so the
         last window of a finished or stalled job closes and its alerts resolve (s). Must

@@ -1,7 +1,7 @@
 """Rank blocks and step digests: how one job's step records spread over several workers.
 
 A job's ranks are cut into blocks of ``block_ranks`` consecutive layout positions. The steps
-roles work in two tiers (:mod:`argus.streams.agents.steps`):
+roles work in two tiers (:mod:`argus.streams.roles.steps`):
 
 * **per block** (key ``job|b<block>``, spread over partitions and so over workers): every
   step record of the block's ranks is folded here, and a block's step closes when all of its

@@ -14,8 +14,8 @@ from argus.detectors.inputs import validate_step_record
 from argus.detectors.l3_window import table_from_summaries
 from argus.detectors.routing import Routing
 from argus.schemas import Codec
-from argus.streams.agents.funnel import finding_from_anomaly
-from argus.streams.agents.steps import _collector_metrics, route_step
+from argus.streams.roles.funnel import finding_from_anomaly
+from argus.streams.roles.steps import collector_metrics, route_step
 from argus.streams.summary_record import KernelNames, _summary_columns, summarize_batch
 from argus.streams.validate import Checker
 
@@ -28,7 +28,7 @@ def steps(raw: bytes, chk: Checker) -> Any:
     rec = CODEC.decode_as("step_record", raw)
     chk.step(rec, raw)
     validate_step_record(rec)
-    _collector_metrics(rec["job"], rec)
+    collector_metrics(rec["job"], rec)
     return route_step(rec)
 
 

@@ -15,8 +15,8 @@ from argus.detectors import funnel
 from argus.detectors.findings import finding_id
 from argus.diagnose import diagnose
 from argus.sim.simulate import SimRun, publish, simulate
-from argus.streams.agents.funnel import finding_from_anomaly
 from argus.streams.local_run import Watcher
+from argus.streams.roles.funnel import finding_from_anomaly
 
 from .funnel_check import audit
 from .harness import metric, workers

@@ -9,15 +9,15 @@ from typing import Any
 
 from argus.detectors.config import DetectorsConfig
 from argus.detectors.findings import Finding, to_anomaly
-from argus.streams.agents.funnel import _MAX_OPEN, _Funnel
 from argus.streams.pipeline_config import PipelineConfig
+from argus.streams.roles.funnel import _MAX_OPEN, Funnel
 
 JOB = "job-a"
 
 
-def _funnel() -> _Funnel:
+def _funnel() -> Funnel:
     ctx = SimpleNamespace(detectors=DetectorsConfig(), pcfg=PipelineConfig(funnel_grace_s=15.0))
-    return _Funnel(ctx)  # type: ignore[arg-type]
+    return Funnel(ctx)  # type: ignore[arg-type]
 
 
 def _straggler(end_step: int) -> dict[str, Any]:

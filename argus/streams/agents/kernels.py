@@ -1,4 +1,4 @@
-"""Compressor and L3 over kernel activity.
+"""Faust agents of the kernel roles: the compressor, and L3's router and window agent.
 
 * **compressor**: ``argus.raw.kernels`` -> ``argus.summary.kernels``, one summary per batch
   (:func:`argus.streams.summary_record.summarize_batch`), same key (``job/rank``). Kernel names
@@ -6,31 +6,25 @@
   ``_REANNOUNCE`` windows so a consumer that starts late learns them. One window in
   ``fidelity_every`` is also kept raw for the live fidelity check
   (:func:`argus.streams.fidelity.check_batches`), whose Spearman figure is a metric.
-* **l3**: summaries re-keyed by scope group (``job/dp/<group id>``: ranks doing the same
-  work). A kernel window closes on event time (:mod:`argus.streams.windows`: every rank of
-  the scope accounted for, or the scope's watermark passed it by ``l3_lateness_windows``);
-  the pure detector (:func:`argus.detectors.l3_window.detect_window`) runs on the
-  merged summaries of each block of ``l3_windows`` windows, blocks aligned on window ids
-  (``window_id // l3_windows``) like the funnel's and ``argus diagnose``'s windows.
+* **l3**: summaries validated and re-keyed by scope group
+  (:func:`argus.streams.roles.l3.route_summary`); the role
+  :class:`~argus.streams.roles.l3.L3Windows` judges them.
 """
 
 from __future__ import annotations
 
-import base64
-import dataclasses
 import time
 from collections import OrderedDict, defaultdict
 from typing import Any
 
 import faust
 
-from argus.detectors.l3_window import detect_window, table_from_summaries
 from argus.detectors.routing import Routing
-from argus.streams import metrics, windows
-from argus.streams.agents.common import emit_findings
+from argus.streams import metrics
 from argus.streams.app import Ctx, add_lag_gauge, guarded, route_batches, window_agent
 from argus.streams.fidelity import check_batches
-from argus.streams.summary_record import KernelNames, _summary_columns, summarize_batch
+from argus.streams.roles.l3 import L3Windows, route_summary
+from argus.streams.summary_record import _summary_columns, summarize_batch
 from argus.streams.validate import checker
 
 __all__ = ["register_compressor", "register_l3"]
@@ -110,127 +104,6 @@ def register_compressor(ctx: Ctx) -> None:
     add_lag_gauge(ctx, "compressor", [ctx.topic("raw.kernels")])
 
 
-class _L3:
-    def __init__(self, ctx: Ctx, routing: Routing, cells: Any) -> None:
-        self.ctx = ctx
-        self.cfg = ctx.detectors.l3
-        self.routing = routing
-        self.cells = cells
-        self.names = KernelNames()
-        self.block = ctx.pcfg.l3_windows
-        self.progress = ctx.internal_topic("funnel-jobs")
-        self.lateness = ctx.pcfg.l3_lateness_windows
-        self.idle = ctx.pcfg.idle_close_s
-        self.seen: dict[str, float] = {}  # key -> last input in this process (idle bound only)
-
-    def new(self, key: str) -> dict[str, Any]:
-        return {"win": windows.new_state(), "block": [], "emitted": []}
-
-    async def add(self, gk: str, st: dict[str, Any], m: dict[str, Any], now: float) -> None:
-        self.seen[gk] = now
-        status, closed = windows.add(
-            st["win"], step=m["w"], rank=m["r"], expected=m["exp"], lateness=self.lateness
-        )
-        if status == "new":
-            self.cells[f"{gk}|{m['w']}|{m['r']}"] = m["v"]
-        elif status == "dup":
-            metrics.DUPLICATES.labels("l3").inc()
-        else:
-            metrics.LATE.labels("l3").inc()
-        if closed:
-            await self.on_closed(gk, st, closed)
-
-    async def tick(self, gk: str, st: dict[str, Any], now: float) -> bool:
-        """The idle bound, the only processing-time rule: a scope without input in this
-        process for ``idle_close_s`` closes its pending windows incomplete and runs its last,
-        partial block (a finished or stalled job)."""
-        last = self.seen.setdefault(gk, now)
-        if not (st["win"]["pending"] or st["block"]) or now - last < self.idle:
-            return False
-        await self.finish(gk, st)
-        return True
-
-    async def finish(self, gk: str, st: dict[str, Any]) -> None:
-        """Close every pending window incomplete and judge the partial block (idle, or the
-        end of the offline driver's input)."""
-        closed = windows.flush(st["win"])
-        if closed:
-            await self.on_closed(gk, st, closed)
-        if st["block"]:
-            await self.run_block(gk, st, (int(st["block_id"]) + 1) * self.block - 1)
-
-    async def on_closed(
-        self, gk: str, st: dict[str, Any], closed: list[windows.ClosedStep]
-    ) -> None:
-        """Blocks of ``l3_windows`` window ids, aligned: a block runs when its last window
-        closed or a window of a later block did (event time only); either way L3 then has
-        judged every window below the next block, which its progress tells the funnel."""
-        for c in closed:
-            outcome = "incomplete" if c.incomplete else "timeout" if c.timed_out else "complete"
-            metrics.WINDOWS.labels("l3", outcome).inc()
-            b = c.step // self.block
-            if st["block"] and b != st.get("block_id"):
-                await self.run_block(gk, st, b * self.block - 1)
-            if not st["block"]:
-                st["block_id"] = b
-            st["block"].append([c.step, list(c.ranks)])
-            if c.incomplete:
-                st["block_inc"] = c.step
-            if c.step % self.block == self.block - 1:  # the block's last window
-                await self.run_block(gk, st, c.step)
-
-    async def run_block(self, gk: str, st: dict[str, Any], upto: int) -> None:
-        """Judge the open block; then tell the funnel that L3 judged this scope's windows
-        up to window id ``upto`` (steps: the collectors number windows by first step)."""
-        job = gk.split("/", 1)[0]
-        todo, st["block"] = st["block"], []
-        incomplete = st.pop("block_inc", None)  # a window of it closed incomplete
-        records = []
-        for w, ranks in todo:
-            for r in ranks:
-                key = f"{gk}|{w}|{r}"
-                v = self.cells.get(key)
-                if v is not None:
-                    records.append(self.ctx.codec.decode_as("kernel_summary", base64.b64decode(v)))
-                    del self.cells[key]
-        sent = await self._judge(job, records, incomplete, st["emitted"]) if records else []
-        # naming the findings just sent: they reach the funnel one hop later (anomalies)
-        ids = {a["id"]: a["window_end_step"] for a in sent}
-        await self.ctx.send_keyed(
-            self.progress, job, {"items": [{"l3": gk, "w": upto, "ids": ids}], "t": time.time()}
-        )
-
-    async def _judge(
-        self,
-        job: str,
-        records: list[dict[str, Any]],
-        incomplete: int | None,
-        emitted: list[str],
-    ) -> list[dict[str, Any]]:
-        window = (
-            min(int(r["window_id"]) for r in records),
-            max(int(r["window_id"]) for r in records),
-            min(int(r["window_start_ns"]) for r in records),
-            max(int(r["window_end_ns"]) for r in records),
-        )
-        t0 = time.perf_counter()
-        self.names.update_many(records)
-        found = detect_window(
-            job,
-            table_from_summaries(records, self.names),
-            window=window,
-            cfg=self.cfg,
-            routing=self.routing,
-        )
-        metrics.DETECT_S.labels("L3").observe(time.perf_counter() - t0)
-        if incomplete is not None:
-            found = [
-                dataclasses.replace(f, evidence={**f.evidence, "incomplete_step": str(incomplete)})
-                for f in found
-            ]
-        return await emit_findings(self.ctx, found, emitted, "l3")
-
-
 def register_l3(ctx: Ctx) -> None:
     routing = Routing.from_config(ctx.detectors.routing)
     src = ctx.external("summary.kernels")
@@ -241,19 +114,8 @@ def register_l3(ctx: Ctx) -> None:
         rec = ctx.codec.decode_as("kernel_summary", event.message.value)
         _summary_columns(rec)  # validates the columns (cheap: no per-group objects)
         checker(ctx).kernel_summary(rec, event.message.value)
-        sid = routing.group_for_kind(rec["coords"], "dp")
-        return [
-            (
-                f"{rec['job']}/dp/{sid}",
-                {
-                    "r": rec["rank"],
-                    "w": rec["window_id"],
-                    "exp": routing.expected_size(rec["coords"], "dp"),
-                    "v": base64.b64encode(event.message.value or b"").decode(),
-                },
-            )
-        ]
+        return list(route_summary(rec, event.message.value or b"", routing))
 
     route_batches(ctx, src, scopes, name="l3-router", role="l3", route=route)
-    window_agent(ctx, scopes, name="l3-windows", role="l3", impl=_L3(ctx, routing, cells))
+    window_agent(ctx, scopes, name="l3-windows", role="l3", impl=L3Windows(ctx, routing, cells))
     add_lag_gauge(ctx, "l3", [ctx.topic("summary.kernels"), scopes.get_topic_name()])

@@ -1,0 +1,478 @@
+"""The steps roles: L1 and L2 over step records, in two tiers, per rank block then per job.
+
+Pure roles (no faust, no Kafka): a driver (the faust agents of
+:mod:`argus.streams.agents.steps`, or :mod:`argus.streams.memory`) routes each step record
+with :func:`route_step` to its rank block, ``job|b<block>`` (:mod:`argus.streams.step_digest`:
+``streams.steps_block_ranks`` consecutive layout positions), so one job's records spread over
+partitions and workers, and hands what a role sends on to the next one.
+
+* **Per block** (:class:`StepBlocks`): each rank's step goes to a ``cells`` table (one small
+  write per record) and a small per-block index of pending steps; a block's step closes when
+  all its ranks are accounted for, on event time (:mod:`argus.streams.windows`). The close builds
+  the block's L2 group windows (:func:`argus.detectors.inputs.group_windows`, groups from
+  each record's coords), judges the groups all of whose ranks the block holds over its last
+  ``l2_window_steps`` steps, and sends one digest per block and step to the job's key: the
+  ranks that reported, the iteration-time aggregate, the windows of the groups that span
+  blocks and the ids of the findings made here.
+* **Per job** (:class:`JobSteps`): a step closes when every block's digest arrived or the
+  other blocks' watermark passed it. **L1** appends the step's iteration time (max over ranks) to the job's bounded history
+  and runs :func:`argus.detectors.l1.detect`; the world's ranks no digest named give a
+  ``missing_rank`` finding. **L2** joins the spanning groups' windows across blocks once per
+  step and over the last ``l2_window_steps`` steps
+  (:func:`argus.detectors.inputs.merge_group_windows`), and runs
+  :func:`argus.detectors.l2.detect` on each group.
+
+Each tier computes only the levels in its ``levels`` set (``l1``, ``l2``), so a worker that
+runs one level keeps only that level's history. See docs/pipeline.md for the time model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any
+
+from argus.detectors import l1, l2
+from argus.detectors.findings import Finding
+from argus.detectors.inputs import group_windows, merge_group_windows
+from argus.detectors.l2 import GroupWindow
+from argus.detectors.routing import DIMS, Routing, group_span, rank_of
+from argus.streams import metrics, windows
+from argus.streams.pipeline_config import PipelineConfig
+from argus.streams.roles.context import RoleContext, emit_findings
+from argus.streams.step_digest import (
+    block_key,
+    block_of,
+    block_size,
+    blocks_in,
+    window_from_json,
+    window_to_json,
+)
+
+__all__ = ["JobSteps", "StepBlocks", "collector_metrics", "missing_finding", "route_step"]
+
+_HISTORY = 512  # steps of iteration time kept per job for L1
+_CACHED_KEYS = 256  # jobs or blocks whose per-step L2 group windows stay in memory
+
+
+def _world(coords: Mapping[str, Any]) -> int:
+    return math.prod(int(coords.get(f"{d}_size", 1)) for d in DIMS)
+
+
+def missing_finding(
+    job: str, step: int, missing: list[int], expected: int, start_ns: int, end_ns: int
+) -> Finding:
+    """A ``missing_rank`` finding: ``missing`` ranks never reported ``step``."""
+    return Finding(
+        job=job,
+        level="L1",
+        kind="missing_rank",
+        group_kind="job",
+        group_id="all",
+        ranks=tuple(missing),
+        window_start_step=step,
+        window_end_step=step,
+        window_start_ns=start_ns,
+        window_end_ns=end_ns,
+        score=float(len(missing)),
+        threshold=0.0,
+        observed=float(expected - len(missing)),
+        baseline=float(expected),
+        unit="ranks",
+        evidence={"missing": json.dumps(missing[:256]), "expected": str(expected)},
+    )
+
+
+def collector_metrics(job: str, rec: dict[str, Any]) -> None:
+    c = rec.get("collector") or {}
+    for gauge, field in (
+        (metrics.COLLECTOR_DROPPED, "dropped_records"),
+        (metrics.COLLECTOR_ERRORS, "errors"),
+    ):
+        g = gauge.labels(job)
+        g.set(max(g._value.get(), float(c.get(field, 0))))
+    it = rec["end_ns"] - rec["start_ns"]
+    if it > 0:
+        metrics.COLLECTOR_OVERHEAD.labels(job).set(float(c.get("overhead_ns", 0)) / it)
+
+
+def _fold(agg: list[Any] | None, it: float, a: int, b: int, world: int) -> list[Any]:
+    """A step's ``[max iteration ns, min start ns, max end ns, world size]`` with one more
+    report (``agg`` None: the first)."""
+    if agg is None:
+        return [it, a, b, world]
+    return [max(agg[0], it), min(agg[1], a), max(agg[2], b), max(agg[3], world)]
+
+
+class _Tier:
+    """What both tiers' window agents share: the state, the idle bound, repeat counting.
+
+    Windows close on event time (:mod:`argus.streams.windows`); the only processing-time
+    rule is the idle bound: a key with pending steps and no input in this process for
+    ``idle_close_s`` closes them incomplete. The clock of that rule lives in this process
+    only (``seen``), so a restarted worker counts idleness from its own start.
+    """
+
+    lateness: int
+    idle: float
+    seen: dict[str, float]
+
+    def new(self, key: str) -> dict[str, Any]:
+        return {"win": windows.new_state(), "agg": {}}
+
+    def _window_add(
+        self, key: str, st: dict[str, Any], *, step: int, rank: int, expected: int, now: float
+    ) -> tuple[windows.Status, list[windows.ClosedStep]]:
+        self.seen[key] = now
+        return windows.add(
+            st["win"], step=step, rank=rank, expected=expected, lateness=self.lateness
+        )
+
+    async def tick(self, key: str, st: dict[str, Any], now: float) -> bool:
+        last = self.seen.setdefault(key, now)
+        if not st["win"]["pending"] or now - last < self.idle:
+            return False
+        await self.finish(key, st)
+        return True
+
+    async def finish(self, key: str, st: dict[str, Any]) -> None:
+        """Close every pending step incomplete (idle in processing time, or end of input)."""
+        closed = windows.flush(st["win"])
+        if closed:
+            await self.close(key, st, closed)
+
+    async def close(
+        self, key: str, st: dict[str, Any], closed: list[windows.ClosedStep]
+    ) -> None:  # pragma: no cover - each tier defines it
+        raise NotImplementedError
+
+    @staticmethod
+    def _repeated(status: str) -> None:
+        """Count a report that was not new: ``"dup"`` (a replay) or ``"late"``."""
+        (metrics.DUPLICATES if status == "dup" else metrics.LATE).labels("steps").inc()
+
+    @staticmethod
+    def _outcome(c: windows.ClosedStep) -> str:
+        return "incomplete" if c.incomplete else "timeout" if c.timed_out else "complete"
+
+
+class _L2Steps:
+    """L2 over a sliding window of closed steps whose group windows sit in a table.
+
+    ``h["recent"]`` lists ``[step, [block, ...]]`` of the closed steps; the windows of a
+    step are under ``<job>|<step>|b<block>`` (lists of :func:`window_to_json`), joined once
+    per step into a cache (rebuilt from the table after a restart) and over the last
+    ``l2_window_steps`` steps for :func:`argus.detectors.l2.detect`.
+    """
+
+    def __init__(self, ctx: RoleContext, table: str) -> None:
+        self.ctx = ctx
+        self.width = ctx.pcfg.l2_window_steps
+        self.table = ctx.table(table)
+        # key -> step -> that step's joined windows, for the most recently active keys
+        self.cache: OrderedDict[str, dict[int, list[GroupWindow]]] = OrderedDict()
+
+    def store(
+        self,
+        job: str,
+        step: int,
+        blk: int,
+        windows_json: list[dict[str, Any]],
+        *,
+        whole: tuple[str, list[GroupWindow]] | None = None,
+    ) -> None:
+        """Keep a block's windows of ``step``; ``whole=(key, windows)`` when they are all the
+        step has under ``key`` (one block): cached as they are, not decoded again."""
+        if windows_json:
+            self.table[f"{job}|{step}|b{blk}"] = windows_json
+        if whole is not None:
+            self.cache.setdefault(whole[0], {})[step] = whole[1]
+
+    def run(self, key: str, job: str, h: dict[str, Any]) -> list[Finding]:
+        h["recent"].sort()
+        cache = self.cache.setdefault(key, {})
+        self.cache.move_to_end(key)
+        while len(self.cache) > _CACHED_KEYS:
+            self.cache.popitem(last=False)
+        for step, blocks in h["recent"][: -self.width]:
+            cache.pop(step, None)
+            for blk in blocks:
+                k = f"{job}|{step}|b{blk}"
+                if self.table.get(k) is not None:
+                    del self.table[k]
+        h["recent"] = h["recent"][-self.width :]
+        t0 = time.perf_counter()
+        parts: list[GroupWindow] = []
+        for step, blocks in h["recent"]:
+            cached = cache.get(step)
+            if cached is None:  # joined once per step; again only after a restart
+                cached = cache[step] = merge_group_windows(
+                    window_from_json(job, g)
+                    for blk in blocks
+                    for g in self.table.get(f"{job}|{step}|b{blk}") or ()
+                )
+            parts += cached
+        out: list[Finding] = []
+        for win in merge_group_windows(parts):
+            out += l2.detect(win, self.ctx.detectors.l2)
+        metrics.DETECT_S.labels("L2").observe(time.perf_counter() - t0)
+        return out
+
+
+class StepBlocks(_Tier):
+    """Tier 1: the step windows of one rank block (key ``job|b<block>``).
+
+    Every record of the block's ranks is folded here; a step closes when all of the block's
+    ranks reported or it timed out (:mod:`argus.streams.windows`). Its L2 group windows are
+    built from the block's records; groups whose ranks all fall in the block (TP, EP, ... of
+    a layout's rank order, :func:`argus.detectors.routing.group_span`) are judged here over
+    the block's sliding window, the others travel on in the step's digest
+    (:mod:`argus.streams.step_digest`) with the ids of the findings made here.
+    """
+
+    def __init__(self, ctx: RoleContext, levels: set[str]) -> None:
+        self.ctx = ctx
+        self.levels = levels  # shared with the job tier: filled by the role registrations
+        self.routing = Routing.from_config(ctx.detectors.routing)
+        self.lateness = ctx.pcfg.lateness_steps
+        self.idle = ctx.pcfg.idle_close_s
+        self.seen = {}
+        self.block_ranks = ctx.pcfg.steps_block_ranks
+        self.cells = ctx.table("steps-cells")
+        self.hist = ctx.table("steps-block-history")
+        self.l2 = _L2Steps(ctx, "steps-block-windows")
+        self.out = ctx.internal_topic("steps-by-job")
+
+    async def add(self, key: str, st: dict[str, Any], m: dict[str, Any], now: float) -> None:
+        job, blk = _split(key)
+        status, closed = self._window_add(
+            key,
+            st,
+            step=m["s"],
+            rank=m["r"],
+            expected=block_size(m["w"], blk, self.block_ranks),
+            now=now,
+        )
+        if status == "new":
+            if "l2" in self.levels:
+                self.cells[f"{job}|{m['s']}|{m['r']}"] = [m["a"], m["b"], m["c"], m["ph"]]
+            s = str(m["s"])
+            st["agg"][s] = _fold(st["agg"].get(s), float(m["b"] - m["a"]), m["a"], m["b"], m["w"])
+            if m.get("k"):  # a kernel batch covers it: L3 scopes the funnel will wait for
+                scopes = m["w"] // self.routing.expected_size(m["c"], "dp")
+                st.setdefault("l3", {})[s] = max(scopes, st.get("l3", {}).get(s, 0))
+        else:
+            self._repeated(status)
+        if closed:
+            await self.close(key, st, closed)
+
+    async def close(self, key: str, st: dict[str, Any], closed: list[windows.ClosedStep]) -> None:
+        """One digest per closed step, L2 of the block's own groups judged after each step
+        (so the findings do not depend on how many steps one event closed)."""
+        job, blk = _split(key)
+        h = self.hist.get(key) or {"recent": [], "emitted": []}
+        digests = []
+        for c in closed:
+            metrics.WINDOWS.labels("steps-block", self._outcome(c)).inc()
+            agg = st["agg"].pop(str(c.step), None)
+            if agg is None:
+                continue
+            digest: dict[str, Any] = {"s": c.step, "blk": blk, "agg": agg, "got": list(c.ranks)}
+            if c.incomplete:
+                digest["inc"] = True
+            scopes = st.get("l3", {}).pop(str(c.step), 0)
+            if scopes:
+                digest["l3"] = scopes
+            if "l2" in self.levels:
+                up = []
+                own: list[GroupWindow] = []
+                recs = self._records(job, c.step, c.ranks)
+                coords = {r["rank"]: r["coords"] for r in recs}
+                for w in group_windows(recs, self.routing, job=job):
+                    lo, hi = group_span(coords[int(w.ranks[0])], self.routing.varies(w.group_kind))
+                    if block_of(lo, self.block_ranks) == block_of(hi, self.block_ranks):
+                        own.append(w)
+                    else:
+                        up.append(window_to_json(w))
+                self.l2.store(job, c.step, blk, [window_to_json(w) for w in own], whole=(key, own))
+                h["recent"].append([c.step, [blk]])
+                sent = await emit_findings(
+                    self.ctx, self.l2.run(key, job, h), h["emitted"], "steps"
+                )
+                digest["gw"] = up
+                # the job tier announces them to the funnel with its progress
+                digest["ids"] = {a["id"]: a["window_end_step"] for a in sent}
+            digests.append(digest)
+        if "l2" in self.levels and digests:
+            self.hist[key] = h
+        if digests:
+            await self.ctx.send_keyed(self.out, job, {"items": digests, "t": time.time()})
+
+    def _records(self, job: str, step: int, ranks: tuple[int, ...]) -> list[dict[str, Any]]:
+        """The step records of one closed step, taken out of the ``cells`` table."""
+        records = []
+        for r in ranks:
+            key = f"{job}|{step}|{r}"
+            cell = self.cells.get(key)
+            if cell is None:
+                continue
+            del self.cells[key]
+            a, b, co, ph = cell
+            records.append(
+                {
+                    "job": job,
+                    "rank": r,
+                    "step": step,
+                    "start_ns": a,
+                    "end_ns": b,
+                    "coords": co,
+                    "phases": [
+                        {"name": n, "stream_kind": k, "duration_ns": d, "start_ns": a}
+                        for n, k, d in ph
+                    ],
+                }
+            )
+        return records
+
+
+def _split(key: str) -> tuple[str, int]:
+    """``job|b<block>`` -> (job, block)."""
+    job, _, blk = key.rpartition("|b")
+    return job, int(blk)
+
+
+class JobSteps(_Tier):
+    """Tier 2: the job's steps (key ``job``), from one digest per rank block and step.
+
+    The blocks are this tier's sources (:mod:`argus.streams.windows`): a step closes when
+    every block's digest arrived, or a block passed it without one, or the other blocks'
+    watermark passed it by ``2 * lateness_steps + 1`` (a block with a stopped rank closes its
+    step only after its own lateness). Ranks that never reported are those of the world no
+    digest named, unless a block's step or the job's closed incomplete (who would have come
+    is unknown: no ``missing_rank``, the findings carry ``incomplete_step``).
+    """
+
+    def __init__(self, ctx: RoleContext) -> None:
+        self.ctx = ctx
+        self.levels: set[str] = set()
+        self.lateness = 2 * ctx.pcfg.lateness_steps + 1
+        self.idle = ctx.pcfg.idle_close_s
+        self.seen = {}
+        self.block_ranks = ctx.pcfg.steps_block_ranks
+        self.hist = ctx.table("steps-history")
+        self.l2 = _L2Steps(ctx, "steps-digests")
+        self.progress = ctx.internal_topic("funnel-jobs")
+
+    async def add(self, job: str, st: dict[str, Any], m: dict[str, Any], now: float) -> None:
+        it, a, b, world = m["agg"]
+        status, closed = self._window_add(
+            job,
+            st,
+            step=m["s"],
+            rank=m["blk"],
+            expected=blocks_in(world, self.block_ranks),
+            now=now,
+        )
+        if status == "new":
+            self.l2.store(job, m["s"], m["blk"], m.get("gw") or [])
+            s = str(m["s"])
+            prev = st["agg"].get(s)  # + the ranks that reported, the blocks' finding ids
+            got, ids = (prev[4], prev[5]) if prev else ([], {})
+            inc = bool(prev[6]) if prev and len(prev) > 6 else False  # a block's was incomplete
+            scopes = int(prev[7]) if prev and len(prev) > 7 else 0  # L3 scopes to wait for
+            st["agg"][s] = [
+                *_fold(prev[:4] if prev else None, it, a, b, world),
+                got + list(m["got"]),
+                {**ids, **(m.get("ids") or {})},
+                inc or bool(m.get("inc")),
+                max(scopes, int(m.get("l3") or 0)),
+            ]
+        else:
+            self._repeated(status)
+        if closed:
+            await self.close(job, st, closed)
+
+    async def close(self, job: str, st: dict[str, Any], closed: list[windows.ClosedStep]) -> None:
+        """L1 and L2 after each closed step, in step order, then one progress message."""
+        h = self.hist.get(job) or {"rows": [], "recent": [], "emitted": []}
+        announced: dict[str, int] = {}  # findings of the blocks' tier, for the funnel
+        done: list[tuple[int, int]] = []  # (step, L3 scopes that will judge it)
+        for c in closed:
+            agg = st["agg"].pop(str(c.step), None)
+            if agg is None:
+                continue
+            it, a, b, world, got, ids = agg[:6]
+            incomplete = c.incomplete or (len(agg) > 6 and bool(agg[6]))
+            announced.update(ids)
+            done.append((c.step, int(agg[7]) if len(agg) > 7 else 0))
+            missing = [] if incomplete else sorted(set(range(int(world))) - set(got))
+            metrics.WINDOWS.labels(
+                "steps", "incomplete" if incomplete else "timeout" if missing else "complete"
+            ).inc()
+            found: list[Finding] = []
+            if "l1" in self.levels:  # L1 trims it to its history
+                h["rows"].append([c.step, it, a, b])
+            if "l2" in self.levels:  # L2 trims it to its window
+                h["recent"].append([c.step, list(c.ranks)])  # the blocks that reported
+            if missing:
+                metrics.MISSING.labels("steps").inc(len(missing))
+                found.append(missing_finding(job, c.step, missing, int(world), a, b))
+            if "l1" in self.levels:
+                found += self._l1(job, h)
+            if "l2" in self.levels:
+                found += self.l2.run(job, job, h)
+            if incomplete:
+                found = [_incomplete(f, c.step) for f in found]
+            sent = await emit_findings(self.ctx, found, h["emitted"], "steps")
+            announced.update({a["id"]: a["window_end_step"] for a in sent})
+        if done:  # after the findings, naming them: the funnel waits for them to arrive
+            items: list[dict[str, Any]] = [
+                {"progress": s, "l3n": n} if n else {"progress": s} for s, n in done
+            ]
+            items[-1]["ids"] = announced
+            await self.ctx.send_keyed(self.progress, job, {"items": items, "t": time.time()})
+        self.hist[job] = h
+
+    def _l1(self, job: str, h: dict[str, Any]) -> list[Finding]:
+        h["rows"] = sorted({r[0]: r for r in h["rows"]}.values())[-_HISTORY:]
+        t0 = time.perf_counter()
+        s, it, a, b = (list(x) for x in zip(*h["rows"], strict=True))
+        out = l1.detect(s, it, job=job, cfg=self.ctx.detectors.l1, start_ns=a, end_ns=b)
+        metrics.DETECT_S.labels("L1").observe(time.perf_counter() - t0)
+        return out
+
+
+def _incomplete(f: Finding, step: int) -> Finding:
+    """``f`` judged right after ``step`` closed incomplete: its evidence says so."""
+    return dataclasses.replace(f, evidence={**f.evidence, "incomplete_step": str(step)})
+
+
+def route_step(
+    rec: Mapping[str, Any], block_ranks: int = PipelineConfig.steps_block_ranks
+) -> list[tuple[str, Any]]:
+    """The router's re-keyed item of one step record: ``[(job|b<block>, slim record)]``.
+
+    The block is that of the rank's layout position (:func:`argus.detectors.routing.rank_of`
+    of its coords), so a block holds whole groups whatever the job's rank numbering."""
+    return [
+        (
+            block_key(rec["job"], block_of(rank_of(rec["coords"]), block_ranks)),
+            {
+                "r": rec["rank"],
+                "s": rec["step"],
+                "a": rec["start_ns"],
+                "b": rec["end_ns"],
+                "w": _world(rec["coords"]),
+                "c": rec["coords"],
+                "ph": [
+                    [p["name"], p.get("stream_kind", "compute"), p["duration_ns"]]
+                    for p in rec["phases"]
+                ],
+                "k": bool((rec.get("collector") or {}).get("kernels", False)),
+            },
+        )
+    ]
