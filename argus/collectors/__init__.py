@@ -156,7 +156,9 @@ def start(
     Raises
     ------
     CollectorConfigError
-        Once, here, for any bad setting; nothing raises later.
+        Once, here, for a bad argument, a missing or malformed job name, bad topology or
+        Kafka security settings; nothing raises later. A bad value in the file or the
+        environment is logged and its default used (:func:`load_collector_config`).
     """
     global _active
     with _start_lock:
@@ -171,7 +173,8 @@ def start(
         from argus.config import ConfigError, load_settings
 
         try:
-            settings = settings if settings is not None else load_settings(env=env)
+            if settings is None:  # a bad value logs and falls back (argus.config, lenient)
+                settings = load_settings(env=env, lenient=True)
         except ConfigError as exc:
             raise CollectorConfigError(str(exc)) from None
         cfg = load_collector_config(settings, env, job=job, **options)

@@ -8,6 +8,12 @@ Sources (later ones win):
    ``ARGUS_COLLECTORS__KERNELS_PERIOD_STEPS=100``), plus the short ``ARGUS_JOB``;
 4. keyword arguments of :func:`argus.collectors.start`.
 
+All of them go through :func:`argus.config.build_config`. Inside a training process the file
+and the environment are read leniently: a value that does not convert or validate, or an
+unknown key, is logged (logger ``argus.config``) and its default applies, so configuration
+never stops a training job. Arguments of :func:`~argus.collectors.start` are code and raise
+:class:`CollectorConfigError`; so does a missing or malformed job name, which has no default.
+
 ==========================  =========  ==========================================================
 key                         default    meaning
 ==========================  =========  ==========================================================
@@ -36,11 +42,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from argus.collectors.errors import CollectorConfigError
-from argus.config import ConfigError, Settings, load_settings
+from argus.config import ConfigError, Settings, build_config, load_settings
 
 __all__ = ["KERNEL_BACKENDS", "CollectorConfig", "load_collector_config"]
 
@@ -49,9 +55,13 @@ KERNEL_BACKENDS = ("auto", "cupti", "kineto", "cpu_ops")
 
 @dataclass(frozen=True, kw_only=True)
 class CollectorConfig:
-    """Frozen collector settings; build with :func:`load_collector_config`."""
+    """Frozen collector settings; build with :func:`load_collector_config`.
 
-    job: str
+    Values are checked on construction; :meth:`validate` also requires the job name (the
+    ``[collectors]`` section is valid without one: it may come from ``start()``).
+    """
+
+    job: str = ""
     phases: bool = True
     kernels: bool = True
     stacks: bool = True
@@ -75,9 +85,8 @@ class CollectorConfig:
         """Fraction of steps that run inside a kernel window (0..1]."""
         return self.kernels_active_steps / self.kernels_period_steps
 
-    def validate(self) -> CollectorConfig:
-        """Return self, or raise :class:`CollectorConfigError` naming the first bad key."""
-        if not self.job or "/" in self.job:
+    def __post_init__(self) -> None:
+        if "/" in self.job:
             raise CollectorConfigError(
                 f"collectors.job must be a non-empty name without '/', got {self.job!r} "
                 "(pass job=... to start() or set ARGUS_JOB)"
@@ -116,44 +125,15 @@ class CollectorConfig:
                 f"collectors.overhead_budget is a fraction of step time in (0, 1), "
                 f"got {self.overhead_budget!r}"
             )
+
+    def validate(self) -> CollectorConfig:
+        """Return self, or raise :class:`CollectorConfigError` when the job is not set."""
+        if not self.job:
+            raise CollectorConfigError(
+                "collectors.job is not set: pass job=... to argus.collectors.start() or set "
+                "ARGUS_JOB"
+            )
         return self
-
-
-_TYPES: dict[str, type] = {
-    f.name: f.type
-    if isinstance(f.type, type)
-    else {"str": str, "bool": bool, "int": int, "float": float}[str(f.type)]
-    for f in fields(CollectorConfig)
-}
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off"}
-
-
-def _coerce(key: str, value: Any, source: str) -> Any:
-    kind = _TYPES[key]
-    try:
-        if kind is bool:
-            if isinstance(value, bool):
-                return value
-            s = str(value).strip().lower()
-            if s in _TRUE:
-                return True
-            if s in _FALSE:
-                return False
-            raise ValueError
-        if kind is int:
-            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-                raise ValueError
-            return int(value)
-        if kind is float:
-            if isinstance(value, bool):
-                raise ValueError
-            return float(value)
-        return str(value)
-    except (TypeError, ValueError):
-        raise CollectorConfigError(
-            f"collectors.{key} from {source} must be {kind.__name__}, got {value!r}"
-        ) from None
 
 
 def load_collector_config(
@@ -166,45 +146,55 @@ def load_collector_config(
     Parameters
     ----------
     settings : Settings, optional
-        Loaded argus settings (its ``[collectors]`` section holds file and
-        ``ARGUS_COLLECTORS__*`` values); loaded from the environment when omitted.
+        Loaded argus settings (its ``[collectors]`` section holds file, ``ARGUS_COLLECTORS__*``
+        and ``ARGUS_JOB`` values); loaded leniently from the environment when omitted.
     env : mapping, optional
-        Environment (defaults to ``os.environ``), read for ``ARGUS_JOB``.
+        Environment (defaults to ``os.environ``), read for ``ARGUS_JOB`` (which wins over
+        ``settings``, when those were loaded from another environment).
     **overrides
         Keyword arguments from :func:`argus.collectors.start`; ``None`` values are ignored.
+
+    Returns
+    -------
+    CollectorConfig
+        File and environment values that do not convert or validate are logged and replaced
+        by their defaults.
 
     Raises
     ------
     CollectorConfigError
-        An unknown key, a value of the wrong type, or an invalid value; the message names
-        the key and where it came from.
+        No job name, a malformed one, or a bad keyword argument (unknown, wrong type or
+        invalid); the message names the key and where it came from.
     """
     env = os.environ if env is None else env
     try:
-        settings = settings if settings is not None else load_settings(env=env)
-        section = dict(settings.section("collectors"))
+        settings = settings if settings is not None else load_settings(env=env, lenient=True)
     except CollectorConfigError:
         raise
     except ConfigError as exc:
         raise CollectorConfigError(str(exc)) from None
-    values: dict[str, Any] = {}
-    for source, mapping in (
-        ("the [collectors] file table / ARGUS_COLLECTORS__*", section),
-        ("ARGUS_JOB", {"job": env["ARGUS_JOB"]} if env.get("ARGUS_JOB") else {}),
-        ("start() arguments", {k: v for k, v in overrides.items() if v is not None}),
-    ):
-        for key, value in mapping.items():
-            if key not in _TYPES:
-                raise CollectorConfigError(
-                    f"unknown collectors setting {key!r} from {source}; known: "
-                    f"{', '.join(sorted(_TYPES))}"
-                )
-            values[key] = _coerce(key, value, source)
-    if "job" not in values:
-        raise CollectorConfigError(
-            "collectors.job is not set: pass job=... to argus.collectors.start() or set ARGUS_JOB"
+    cfg = build_config(
+        CollectorConfig,
+        settings.section("collectors"),
+        section="collectors",
+        origins=settings.origins,
+        error=CollectorConfigError,
+        lenient=True,
+    )
+    strict = (
+        ({"job": env["ARGUS_JOB"]} if env.get("ARGUS_JOB") else {}, "env ARGUS_JOB"),
+        ({k: v for k, v in overrides.items() if v is not None}, "a start() argument"),
+    )
+    for values, source in strict:
+        cfg = build_config(
+            CollectorConfig,
+            values,
+            section="collectors",
+            origins={f"collectors.{k}": source for k in values},
+            base=cfg,
+            error=CollectorConfigError,
         )
-    return CollectorConfig(**values).validate()
+    return cfg.validate()
 
 
 def with_changes(cfg: CollectorConfig, **changes: Any) -> CollectorConfig:

@@ -1,9 +1,8 @@
-"""``argus config show``: the effective settings (file + environment), secrets redacted."""
+"""``argus config show``: every setting in effect and where it came from, secrets redacted."""
 
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import click
 
@@ -15,38 +14,35 @@ def config() -> None:
     """Inspect the effective configuration."""
 
 
-def effective(settings: Any) -> dict[str, Any]:
-    """The settings as one JSON-able mapping; every secret shows as ``********``."""
-    from argus.kafka.security import REDACTED, Secret, is_sensitive
-
-    def clean(key: str, value: Any) -> Any:
-        if isinstance(value, Secret) or (is_sensitive(key) and not key.endswith("_file")):
-            return REDACTED if value else ""
-        if isinstance(value, dict) or hasattr(value, "items"):
-            return {str(k): clean(str(k), v) for k, v in value.items()}
-        if isinstance(value, list | tuple):
-            return [clean(key, v) for v in value]
-        return value if isinstance(value, int | float | bool) or value is None else str(value)
-
-    return {
-        "kafka": {
-            "bootstrap": settings.bootstrap_servers,
-            "local_broker": settings.local_broker,
-            "port": settings.kafka_port,
-            "controller_port": settings.controller_port,
-            "schema_registry_url": settings.schema_registry_url,
-            "security": settings.security.describe(),
-            "client": clean("client", dict(settings.client_config)),
-        },
-        "topics": {"prefix": settings.topic_prefix},
-        "state_dir": str(settings.state_dir),
-        "cache_dir": str(settings.cache_dir),
-        **{str(k): clean(str(k), v) for k, v in settings.sections.items()},
-    }
-
-
 @config.command("show")
+@click.option("--json", "as_json", is_flag=True, help="one JSON object: key -> {value, source}")
 @click.pass_context
-def show(ctx: click.Context) -> None:
-    """Print the effective settings as JSON (passwords shown as ********)."""
-    click.echo(json.dumps(effective(settings_from(ctx)), indent=2, sort_keys=True))
+def show(ctx: click.Context, as_json: bool) -> None:
+    """Print every setting (defaults included) with its value and its source: default, file,
+    or the environment variable that set it. Passwords and keys show as ********.
+
+    Loads and validates exactly as a worker does: a value a worker would reject is the same
+    error here.
+    """
+    from argus.config import ConfigError, effective
+
+    s = settings_from(ctx)
+    try:
+        rows = effective(s)
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from exc
+    if as_json:
+        body = {
+            "config_file": str(s.config_file) if s.config_file else None,
+            "settings": {k: {"value": v, "source": src} for k, v, src in rows},
+        }
+        click.echo(json.dumps(body, indent=2))
+        return
+    where = f"file {s.config_file}" if s.config_file else "no config file"
+    cluster = "local broker" if s.local_broker else "existing cluster"
+    click.echo(f"# {where}; environment wins over it; cluster {s.bootstrap_servers} ({cluster})")
+    shown = [(k, json.dumps(v), src) for k, v, src in rows]
+    kw = max(len(k) for k, _, _ in shown)
+    vw = min(48, max(len(v) for _, v, _ in shown))
+    for k, v, src in shown:
+        click.echo(f"{k:<{kw}}  {v:<{vw}}  {src}")

@@ -16,9 +16,10 @@ or from the environment: ``ARGUS_DETECTORS__L2__Z=4``.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from argus.config import build_config
 from argus.detectors.errors import DetectorConfigError
 
 __all__ = [
@@ -283,30 +284,24 @@ class DetectorsConfig:
     funnel: FunnelConfig = field(default_factory=FunnelConfig)
     routing: Mapping[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        from argus.detectors.routing import Routing
+
+        Routing.from_config(self.routing)  # rules, group kinds and dims checked at load time
+
     @classmethod
-    def from_settings(cls, section: Mapping[str, Any]) -> DetectorsConfig:
-        """Build from ``Settings.section("detectors")``.
+    def from_settings(
+        cls, section: Mapping[str, Any] | None, origins: Mapping[str, str] | None = None
+    ) -> DetectorsConfig:
+        """Build from ``Settings.section("detectors")`` (:func:`argus.config.build_config`).
 
         Raises
         ------
         DetectorConfigError
             An unknown key, or a value of the wrong type or range (the message names it).
         """
-        known = {"l1", "l2", "l3", "funnel", "routing"}
-        unknown = set(section) - known
-        if unknown:
-            raise DetectorConfigError(
-                f"detectors: unknown key(s) {sorted(unknown)}; known: {sorted(known)}"
-            )
-        routing = section.get("routing", {}) or {}
-        if not isinstance(routing, Mapping):
-            raise DetectorConfigError("detectors.routing must be a table")
-        return cls(
-            l1=config_from_mapping(L1Config, section.get("l1", {}), "detectors.l1"),
-            l2=config_from_mapping(L2Config, section.get("l2", {}), "detectors.l2"),
-            l3=config_from_mapping(L3Config, section.get("l3", {}), "detectors.l3"),
-            funnel=config_from_mapping(FunnelConfig, section.get("funnel", {}), "detectors.funnel"),
-            routing=dict(routing),
+        return build_config(
+            cls, section, section="detectors", origins=origins, error=DetectorConfigError
         )
 
 
@@ -314,59 +309,14 @@ _C = TypeVar("_C")
 
 
 def config_from_mapping(cls: type[_C], values: Any, where: str) -> _C:
-    """Build config dataclass ``cls`` from a mapping, coercing strings (environment values).
+    """Build config dataclass ``cls`` from a mapping (:func:`argus.config.build_config`).
 
     Raises
     ------
     DetectorConfigError
         ``values`` is not a table, has an unknown key, or a value does not convert.
     """
-    if values is None:
-        values = {}
-    if not isinstance(values, Mapping):
-        raise DetectorConfigError(f"{where} must be a table, got {type(values).__name__}")
-    spec = {f.name: f for f in fields(cls)}  # type: ignore[arg-type]
-    kw: dict[str, Any] = {}
-    for key, raw in values.items():
-        if key not in spec:
-            raise DetectorConfigError(f"{where}: unknown key {key!r}; known: {sorted(spec)}")
-        default = getattr(cls(), key)
-        kw[key] = _coerce(raw, default, f"{where}.{key}")
-    try:
-        return cls(**kw)
-    except (TypeError, ValueError) as exc:
-        raise DetectorConfigError(f"{where}: {exc}") from exc
-
-
-def _coerce(raw: Any, default: Any, key: str) -> Any:
-    try:
-        if isinstance(default, bool):
-            if isinstance(raw, str):
-                if raw.lower() in {"1", "true", "yes", "on"}:
-                    return True
-                if raw.lower() in {"0", "false", "no", "off"}:
-                    return False
-                raise ValueError(raw)
-            return bool(raw)
-        if isinstance(default, int):
-            if isinstance(raw, float) and not raw.is_integer():
-                raise ValueError(raw)
-            return int(raw)
-        if isinstance(default, float):
-            return float(raw)
-        if isinstance(default, tuple):
-            if isinstance(raw, str):
-                return tuple(x.strip() for x in raw.split(",") if x.strip())
-            return tuple(str(x) for x in raw)
-        if isinstance(default, Mapping):
-            if not isinstance(raw, Mapping):
-                raise ValueError(raw)
-            return {str(k): float(v) for k, v in {**default, **raw}.items()}
-    except (TypeError, ValueError):
-        raise DetectorConfigError(
-            f"{key} must be a {type(default).__name__}, got {raw!r}"
-        ) from None
-    return raw
+    return build_config(cls, values, section=where, error=DetectorConfigError)
 
 
 def _positive(obj: Any, *names: str) -> None:

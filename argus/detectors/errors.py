@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from argus.config import ConfigError
 from argus.schemas.errors import ArgusError
 
 __all__ = ["DetectorConfigError", "DetectorInputError"]
@@ -11,5 +12,6 @@ class DetectorInputError(ArgusError, ValueError):
     """Detector input of the wrong shape, type or content; the message names what and how to fix."""
 
 
-class DetectorConfigError(ArgusError, ValueError):
-    """A detector setting is unknown or out of range; the message names the key."""
+class DetectorConfigError(ConfigError):
+    """A detector setting is unknown or out of range; the message names the key (a
+    :class:`~argus.config.ConfigError`, as every configuration error)."""

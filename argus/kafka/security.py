@@ -26,7 +26,9 @@ from typing import Any
 from argus.schemas.errors import ArgusError
 
 __all__ = [
+    "CLIENT_KEYS",
     "PROTOCOLS",
+    "SECURITY_KEYS",
     "KafkaAuthError",
     "KafkaSecurity",
     "Secret",
@@ -210,7 +212,8 @@ CLIENT_KEYS = {
     "ssl.key.password": "key_password",
 }
 
-_KEYS = (
+#: keys of ``[kafka.security]``
+SECURITY_KEYS = (
     "protocol",
     "mechanism",
     "username",
@@ -223,19 +226,6 @@ _KEYS = (
     "key_password_file",
     "check_hostname",
 )
-
-
-def _bool(value: Any, key: str) -> bool:
-    from argus.config import ConfigError
-
-    if isinstance(value, bool):
-        return value
-    s = str(value).strip().lower()
-    if s in ("1", "true", "yes", "on"):
-        return True
-    if s in ("0", "false", "no", "off"):
-        return False
-    raise ConfigError(f"{key} must be true or false, got {value!r}")
 
 
 def _read_secret(path: str, key: str) -> Secret:
@@ -280,11 +270,13 @@ def parse_security(
     both places with different values, SASL without a username or password, or an
     unreadable secret file.
     """
-    from argus.config import ConfigError
+    from argus.config import ConfigError, parse_bool
 
-    unknown = sorted(set(table) - set(_KEYS))
+    unknown = sorted(set(table) - set(SECURITY_KEYS))
     if unknown:
-        raise ConfigError(f"kafka.security: unknown key(s) {unknown}; known: {', '.join(_KEYS)}")
+        raise ConfigError(
+            f"kafka.security: unknown key(s) {unknown}; known: {', '.join(SECURITY_KEYS)}"
+        )
     vals: dict[str, Any] = {k: v for k, v in table.items() if v not in (None, "")}
     rest: dict[str, Any] = {}
     for k, v in client.items():
@@ -332,7 +324,10 @@ def parse_security(
         cert_file=_path(vals.get("cert_file")),
         key_file=_path(vals.get("key_file")),
         key_password=key_password,
-        check_hostname=_bool(vals.get("check_hostname", True), "kafka.security.check_hostname"),
+        check_hostname=parse_bool(  # an empty value is an error, as for every boolean
+            vals.get("check_hostname", table.get("check_hostname", True)),
+            "kafka.security.check_hostname",
+        ),
     )
     if sec.sasl and not (sec.username and sec.password):
         raise ConfigError(

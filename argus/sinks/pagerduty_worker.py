@@ -13,7 +13,8 @@ The thin shell around :mod:`argus.detectors.pagerduty`:
 * reads the routing key from ``ARGUS_PAGERDUTY_ROUTING_KEY`` or the file named by
   ``ARGUS_PAGERDUTY_ROUTING_KEY_FILE`` and never logs it.
 
-Settings (``[pagerduty]`` in argus.toml, or ``ARGUS_PAGERDUTY__<KEY>``):
+Settings (``[pagerduty]`` in argus.toml, or ``ARGUS_PAGERDUTY__<KEY>``; validated when the
+settings load, :class:`argus.sinks.pagerduty_config.PagerDutySettings`):
 
 =======================  =============================================  ===================
 key                      meaning                                        default
@@ -34,6 +35,8 @@ severity_map             table argus severity -> PagerDuty severity     identity
 min_severity             triggers below this are not sent               info
 source                   ``payload.source``                             ``argus/<job>``
 client_url               link shown in the incident                     none
+poll_timeout_s           one consumer poll, seconds                     0.5
+routing_key              the key itself: environment only               none
 =======================  =============================================  ===================
 """
 
@@ -54,7 +57,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
-from argus.config import ConfigError, Settings
+from argus.config import ConfigError, Settings, build_config
 from argus.detectors.pagerduty import (
     DEFAULT_EVENTS_URL,
     PAGERDUTY_SEVERITIES,
@@ -64,11 +67,11 @@ from argus.detectors.pagerduty import (
     RetryPolicy,
     build_event,
     encode_event,
-    map_severity,
     redact,
 )
 from argus.schemas.codec import Codec
 from argus.schemas.errors import DecodeError
+from argus.sinks.pagerduty_config import PagerDutySettings
 from argus.topics import topic_name
 
 __all__ = [
@@ -111,11 +114,13 @@ class RoutingKey:
         return hash(self._value)
 
 
-def _read_routing_key(section: Mapping[str, Any], env: Mapping[str, str]) -> RoutingKey:
-    value = env.get(ROUTING_KEY_ENV, "").strip()
+def _read_routing_key(sec: PagerDutySettings, env: Mapping[str, str]) -> RoutingKey:
+    value = env.get(ROUTING_KEY_ENV, "").strip() or (
+        sec.routing_key.reveal().strip() if sec.routing_key else ""
+    )
     if value:
         return RoutingKey(value)
-    path = env.get(ROUTING_KEY_FILE_ENV) or section.get("routing_key_file")
+    path = env.get(ROUTING_KEY_FILE_ENV) or sec.routing_key_file
     if path:
         p = Path(str(path))
         try:
@@ -131,15 +136,6 @@ def _read_routing_key(section: Mapping[str, Any], env: Mapping[str, str]) -> Rou
         f"no PagerDuty routing key: set {ROUTING_KEY_ENV} or {ROUTING_KEY_FILE_ENV} "
         "(or pagerduty.routing_key_file)"
     )
-
-
-def _num(section: Mapping[str, Any], key: str, default: float, *, integer: bool = False) -> Any:
-    raw = section.get(key, default)
-    try:
-        return int(raw) if integer else float(raw)
-    except (TypeError, ValueError):
-        kind = "an integer" if integer else "a number"
-        raise ConfigError(f"pagerduty.{key} must be {kind}, got {raw!r}") from None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -172,35 +168,25 @@ class PagerDutyConfig:
             severity, or an events URL that is not http(s).
         """
         env = os.environ if env is None else env
-        sec = settings.section("pagerduty")
-        max_attempts = _num(sec, "max_attempts", 0, integer=True)
-        try:
-            retry = RetryPolicy(
-                initial_backoff_s=_num(sec, "initial_backoff_s", 1.0),
-                rate_limited_backoff_s=_num(sec, "rate_limited_backoff_s", 30.0),
-                max_backoff_s=_num(sec, "max_backoff_s", 300.0),
-                multiplier=_num(sec, "backoff_multiplier", 2.0),
-                jitter=_num(sec, "jitter", 0.2),
-                max_attempts=max_attempts if max_attempts > 0 else None,
-            )
-        except ValueError as exc:
-            raise ConfigError(f"pagerduty retry settings: {exc}") from None
-        sev_map = sec.get("severity_map", {}) or {}
-        if not isinstance(sev_map, Mapping):
-            raise ConfigError("pagerduty.severity_map must be a table severity -> severity")
+        sec = build_config(
+            PagerDutySettings,
+            settings.section("pagerduty"),
+            section="pagerduty",
+            origins=settings.origins,
+        )
         kw: dict[str, Any] = {
             "routing_key": overrides.pop("routing_key", None) or _read_routing_key(sec, env),
-            "events_url": str(sec.get("events_url", DEFAULT_EVENTS_URL)),
-            "group_id": str(sec.get("group_id", f"{settings.topic_prefix}.pagerduty")),
-            "rate_limit_events": _num(sec, "rate_limit_events", 120, integer=True),
-            "rate_limit_window_s": _num(sec, "rate_limit_window_s", 60.0),
-            "request_timeout_s": _num(sec, "request_timeout_s", 10.0),
-            "retry": retry,
-            "severity_map": MappingProxyType({str(k): str(v) for k, v in sev_map.items()}),
-            "min_severity": str(sec.get("min_severity", "info")),
-            "source": sec.get("source") or None,
-            "client_url": sec.get("client_url") or None,
-            "poll_timeout_s": _num(sec, "poll_timeout_s", 0.5),
+            "events_url": sec.events_url,
+            "group_id": sec.group_id or f"{settings.topic_prefix}.pagerduty",
+            "rate_limit_events": sec.rate_limit_events,
+            "rate_limit_window_s": sec.rate_limit_window_s,
+            "request_timeout_s": sec.request_timeout_s,
+            "retry": sec.retry_policy(),
+            "severity_map": MappingProxyType(dict(sec.severity_map)),
+            "min_severity": sec.min_severity,
+            "source": sec.source,
+            "client_url": sec.client_url,
+            "poll_timeout_s": sec.poll_timeout_s,
         }
         kw.update(overrides)
         cfg = cls(**kw)
@@ -208,25 +194,17 @@ class PagerDutyConfig:
         return cfg
 
     def validate(self) -> None:
-        """Raise :class:`ConfigError` naming the first bad value."""
-        if not self.events_url.startswith(("http://", "https://")):
-            raise ConfigError(f"pagerduty.events_url must be http(s), got {self.events_url!r}")
-        if self.rate_limit_events < 1 or not self.rate_limit_window_s > 0:
-            raise ConfigError(
-                "pagerduty.rate_limit_events must be >= 1 and rate_limit_window_s > 0"
-            )
-        if self.min_severity not in PAGERDUTY_SEVERITIES:
-            raise ConfigError(
-                f"pagerduty.min_severity {self.min_severity!r} is not one of {PAGERDUTY_SEVERITIES}"
-            )
-        for sev in PAGERDUTY_SEVERITIES:
-            try:
-                map_severity(sev, self.severity_map)
-            except PagerDutyEventError as exc:
-                raise ConfigError(f"pagerduty.severity_map: {exc}") from None
-        unknown = set(self.severity_map) - set(PAGERDUTY_SEVERITIES)
-        if unknown:
-            raise ConfigError(f"pagerduty.severity_map has unknown severities {sorted(unknown)}")
+        """Raise :class:`ConfigError` naming the first bad value (the checks of the
+        ``[pagerduty]`` section, :class:`PagerDutySettings`, and a non-empty routing key)."""
+        PagerDutySettings(
+            events_url=self.events_url,
+            rate_limit_events=self.rate_limit_events,
+            rate_limit_window_s=self.rate_limit_window_s,
+            request_timeout_s=self.request_timeout_s,
+            severity_map=self.severity_map,
+            min_severity=self.min_severity,
+            poll_timeout_s=self.poll_timeout_s,
+        )
         if not self.routing_key.reveal():
             raise ConfigError("the PagerDuty routing key is empty")
 

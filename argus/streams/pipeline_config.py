@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from argus.config import ConfigError
+from argus.config import ConfigError, build_config
 
 __all__ = ["PipelineConfig"]
 
@@ -175,20 +175,9 @@ class PipelineConfig:
             )
 
     @classmethod
-    def from_mapping(cls, m: Mapping[str, Any] | None) -> PipelineConfig:
-        """Build from a ``[streams]`` mapping (strings from the environment are converted)."""
-        m = dict(m or {})
-        known = {f.name: f for f in fields(cls)}
-        unknown = set(m) - set(known)
-        if unknown:
-            raise ConfigError(
-                f"[streams]: unknown key(s) {sorted(unknown)}; known: {sorted(known)}"
-            )
-        kw: dict[str, Any] = {}
-        for k, v in m.items():
-            typ = int if known[k].type in ("int", int) else float
-            try:
-                kw[k] = typ(v)
-            except (TypeError, ValueError):
-                raise ConfigError(f"streams.{k} must be a number, got {v!r}") from None
-        return cls(**kw)
+    def from_mapping(
+        cls, m: Mapping[str, Any] | None, origins: Mapping[str, str] | None = None
+    ) -> PipelineConfig:
+        """Build from a ``[streams]`` table (:func:`argus.config.build_config`: strings from the
+        environment converted, unknown keys and bad values a :class:`ConfigError`)."""
+        return build_config(cls, m, section="streams", origins=origins)

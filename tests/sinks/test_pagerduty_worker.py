@@ -436,7 +436,7 @@ def test_bad_settings_name_the_key() -> None:
         ({"ARGUS_PAGERDUTY__EVENTS_URL": "ftp://x"}, "events_url"),
         ({"ARGUS_PAGERDUTY__SEVERITY_MAP__INFO": "page"}, "severity_map"),
         ({"ARGUS_PAGERDUTY__JITTER": "3"}, "jitter"),
+        ({"ARGUS_PAGERDUTY__EVENT_URL": "http://x"}, "ARGUS_PAGERDUTY__EVENT_URL"),
     ]:
-        s = load_settings(env={**env, **over})
-        with pytest.raises(ConfigError, match=match):
-            PagerDutyConfig.from_settings(s, env=env)
+        with pytest.raises(ConfigError, match=match):  # when the settings load, named
+            PagerDutyConfig.from_settings(load_settings(env={**env, **over}), env=env)

@@ -1,0 +1,100 @@
+"""``[pagerduty]`` settings (``ARGUS_PAGERDUTY__<KEY>``), validated when the settings load.
+
+The section alone, without the routing key's presence (only the sink needs one) and without
+Kafka: :mod:`argus.config` builds it in every process that sets it, so ``argus config show``
+rejects what ``argus worker pagerduty`` would. The sink's run-time object is
+:class:`argus.sinks.pagerduty_worker.PagerDutyConfig`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from argus.config import ConfigError
+from argus.detectors.pagerduty import (
+    DEFAULT_EVENTS_URL,
+    PAGERDUTY_SEVERITIES,
+    PagerDutyEventError,
+    RetryPolicy,
+    map_severity,
+)
+from argus.kafka.security import Secret
+
+__all__ = ["PagerDutySettings"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class PagerDutySettings:
+    """The ``[pagerduty]`` table (see :mod:`argus.sinks.pagerduty_worker` for each key).
+
+    ``routing_key`` comes only from the environment (``ARGUS_PAGERDUTY_ROUTING_KEY``, or
+    ``ARGUS_PAGERDUTY__ROUTING_KEY``), never from the file; ``group_id`` empty means
+    ``<topic prefix>.pagerduty``; ``max_attempts`` 0 retries until PagerDuty answers.
+    """
+
+    events_url: str = DEFAULT_EVENTS_URL
+    routing_key: Secret | None = None
+    routing_key_file: str = ""
+    group_id: str = ""
+    rate_limit_events: int = 120
+    rate_limit_window_s: float = 60.0
+    request_timeout_s: float = 10.0
+    initial_backoff_s: float = 1.0
+    rate_limited_backoff_s: float = 30.0
+    max_backoff_s: float = 300.0
+    backoff_multiplier: float = 2.0
+    jitter: float = 0.2
+    max_attempts: int = 0
+    severity_map: Mapping[str, str] = field(default_factory=dict)
+    min_severity: str = "info"
+    source: str | None = None
+    client_url: str | None = None
+    poll_timeout_s: float = 0.5
+
+    def __post_init__(self) -> None:
+        if not self.events_url.startswith(("http://", "https://")):
+            raise ConfigError(f"pagerduty.events_url must be http(s), got {self.events_url!r}")
+        if self.rate_limit_events < 1 or not self.rate_limit_window_s > 0:
+            raise ConfigError(
+                "pagerduty.rate_limit_events must be >= 1 and rate_limit_window_s > 0"
+            )
+        for name in ("request_timeout_s", "poll_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"pagerduty.{name} must be > 0, got {getattr(self, name)}")
+        if self.max_attempts < 0:
+            raise ConfigError(f"pagerduty.max_attempts must be >= 0, got {self.max_attempts}")
+        for name, attr in (
+            ("initial_backoff_s", "initial_backoff_s"),
+            ("rate_limited_backoff_s", "rate_limited_backoff_s"),
+            ("max_backoff_s", "max_backoff_s"),
+            ("backoff_multiplier", "multiplier"),
+            ("jitter", "jitter"),
+        ):
+            try:
+                RetryPolicy(**{attr: getattr(self, name)})
+            except ValueError as exc:
+                raise ConfigError(f"pagerduty.{name}: {exc}") from None
+        if self.min_severity not in PAGERDUTY_SEVERITIES:
+            raise ConfigError(
+                f"pagerduty.min_severity {self.min_severity!r} is not one of {PAGERDUTY_SEVERITIES}"
+            )
+        unknown = set(self.severity_map) - set(PAGERDUTY_SEVERITIES)
+        if unknown:
+            raise ConfigError(f"pagerduty.severity_map has unknown severities {sorted(unknown)}")
+        for sev in PAGERDUTY_SEVERITIES:
+            try:
+                map_severity(sev, self.severity_map)
+            except PagerDutyEventError as exc:
+                raise ConfigError(f"pagerduty.severity_map: {exc}") from None
+
+    def retry_policy(self) -> RetryPolicy:
+        """The backoff schedule these settings describe."""
+        return RetryPolicy(
+            initial_backoff_s=self.initial_backoff_s,
+            rate_limited_backoff_s=self.rate_limited_backoff_s,
+            max_backoff_s=self.max_backoff_s,
+            multiplier=self.backoff_multiplier,
+            jitter=self.jitter,
+            max_attempts=self.max_attempts if self.max_attempts > 0 else None,
+        )
