@@ -55,6 +55,13 @@ class PipelineConfig:
         (``collector.kernels``) only: how long a funnel window stays open after the steps
         passed its end, for L3 scopes seen before to report (s). Declared jobs wait on event
         time instead (:mod:`argus.streams.roles.funnel`).
+    funnel_l3_wait_s : float
+        How long a job without progress waits, in processing time, for the L3 judgement its
+        steps declared (``collector.kernels``) before its funnel windows close without it
+        (s): a kernel worker down for good must not hold a finished job's alerts open for
+        ever, and one that is merely late (restarted, started late, behind) must not lose
+        its findings to the next window. 600: a late start or a rejoin takes seconds to a
+        minute, a 4x backlog on 2 cores a few minutes.
     funnel_idle_s : float
         A job with no progress for this long closes one funnel window per period, so the
         last window of a finished or stalled job closes and its alerts resolve (s). Must
@@ -136,6 +143,7 @@ class PipelineConfig:
     funnel_window_steps: int = 10
     funnel_grace_s: float = 15.0
     funnel_idle_s: float = 150.0
+    funnel_l3_wait_s: float = 600.0
     internal_partitions: int = 4
     fidelity_every: int = 16
     stack_window_s: float = 10.0

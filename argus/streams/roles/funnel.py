@@ -18,8 +18,8 @@ once
 So a late or lagging L3 finding joins its own window, like a prompt one. Two bounds are
 processing time and only end waits: a window the steps passed by ``_MAX_OPEN`` windows
 closes anyway (memory), and a job without progress for ``funnel_idle_s`` closes one window
-per period (three periods while L3 still has to judge it), so a finished or stalled job's
-last window closes and its alerts resolve. Then the pure funnel
+per period (after ``funnel_l3_wait_s`` while declared L3 judgement is missing), so a
+finished or stalled job's last window closes and its alerts resolve. Then the pure funnel
 (:func:`argus.detectors.funnel.step`) advances by that window: quiet windows count towards
 resolving an alert. Findings for a window already closed join the next open one (counted
 ``argus_late_records_total{role="funnel"}``).
@@ -94,6 +94,7 @@ class Funnel:
         self.w = ctx.pcfg.funnel_window_steps
         self.grace = ctx.pcfg.funnel_grace_s
         self.idle = ctx.pcfg.funnel_idle_s
+        self.l3_wait = max(ctx.pcfg.funnel_l3_wait_s, self.idle)
         self.resumed: set[str] = set()  # jobs whose state this process has touched
         self.incarnation = ""  # the sending process's id, set by the driver (outbox entries)
         # called with (first step, last step, output) of each closed window (offline drivers)
@@ -185,10 +186,8 @@ class Funnel:
                         break
             elif st["progress"] >= end + _MAX_OPEN * self.w:
                 metrics.WINDOWS.labels("funnel", "incomplete").inc()  # memory bound
-            elif (
-                (st["buckets"] or st["fs"]["culprits"] or st["progress"] >= end)
-                and idle >= self.idle
-                and (judged is not False or idle >= 3 * self.idle)
+            elif (st["buckets"] or st["fs"]["culprits"] or st["progress"] >= end) and (
+                (idle >= self.idle and judged is not False) or idle >= self.l3_wait
             ):
                 st["t_progress"] = now  # one window per idle period
             else:
