@@ -132,14 +132,14 @@ def read_avro(path: str | Path) -> tuple[str, Iterator[dict[str, Any]]]:
 
 def batch_summaries(rec: Mapping[str, Any], kde_config: Any = None) -> dict[str, Any]:
     """Compress one ``kernel_batch`` record into a ``kernel_summary`` record, like the
-    compressor agent (:func:`argus.streams.summary_record.summarize_batch`).
+    compressor agent (:func:`argus.summaries.summary_record.summarize_batch`).
 
     Raises
     ------
     DetectorInputError
         Inconsistent columns (the message says which).
     """
-    from argus.streams.summary_record import BatchError, summarize_batch
+    from argus.summaries.summary_record import BatchError, summarize_batch
 
     try:
         return summarize_batch(rec, config=kde_config)  # None: the compressor's default

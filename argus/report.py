@@ -284,8 +284,8 @@ def _summary_quantiles(
     """Per rank, the reconstructed quantile function (ms, on L3's grid) of ``kernel``."""
     from argus.detectors.l3_window import merge_summaries
     from argus.diagnose import summary_groups
-    from argus.streams.lognormal import default_probs, quantile_matrix
-    from argus.streams.summary_record import KernelNames
+    from argus.summaries.lognormal import default_probs, quantile_matrix
+    from argus.summaries.summary_record import KernelNames
 
     book = KernelNames()
     parts: dict[int, list[Any]] = defaultdict(list)
@@ -316,7 +316,7 @@ def report_data(
 
     The W1 matrix and kernel CDFs use the raw kernel durations when ``kernel_batches`` hold
     the flagged kernel, else the distributions reconstructed from ``kernel_summaries``
-    (:func:`argus.streams.lognormal.quantile_matrix` on L3's probability grid, what L3 saw).
+    (:func:`argus.summaries.lognormal.quantile_matrix` on L3's probability grid, what L3 saw).
 
     Raises
     ------

@@ -42,8 +42,8 @@ import numpy as np
 
 from argus.schemas.codec import Codec
 from argus.streams import fidelity, synth
-from argus.streams.kde import COMPACT, PAPER, ROBUST, KdeConfig, summarize_many
-from argus.streams.summary_record import summarize_batch
+from argus.summaries.kde import COMPACT, PAPER, ROBUST, KdeConfig, summarize_many
+from argus.summaries.summary_record import summarize_batch
 
 METHODS = (PAPER, ROBUST, COMPACT)
 

@@ -3,7 +3,7 @@
 Run: ``.venv/bin/python bench/bench_detectors.py [--quick]``
 
 1. **L3 speed**: one kernel-window of a 4,096-rank group on one core: quantile matrix from
-   4,096 cluster summaries (``argus.streams.lognormal.quantile_matrix``), rank scoring
+   4,096 cluster summaries (``argus.summaries.lognormal.quantile_matrix``), rank scoring
    (W1 to the median reference + IQR fence) and group-vs-group comparison. Bar: < 1 s.
 2. **Healthy**: findings and alerts over 1,000 steps at 64, 512 and 4,096 ranks (L1 + L2 on
    every window; L3 with kernels over the first steps, see the printed step counts).
@@ -166,9 +166,9 @@ def record_diagnose(run: SimRun, window_steps: int = 10) -> DiagnoseResult:
 def bench_l3_speed(r: int = 4096) -> None:
     from argus.detectors.config import L3Config
     from argus.detectors.l3 import compare_groups, score_ranks
-    from argus.streams.kde import DEFAULT, Summary, summarize
-    from argus.streams.lognormal import default_probs, quantile_matrix
-    from argus.streams.quantile_wire import through_wire
+    from argus.summaries.kde import DEFAULT, Summary, summarize
+    from argus.summaries.lognormal import default_probs, quantile_matrix
+    from argus.summaries.quantile_wire import through_wire
 
     rng = np.random.default_rng(0)
     # one kernel with two modes, 40 launches per rank-window, summarised like the compressor

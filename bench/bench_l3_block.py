@@ -23,7 +23,7 @@ from argus.detectors.l3_window import detect_window, table_from_summaries
 from argus.schemas import Codec
 from argus.sim.layout import Layout
 from argus.streams import synth
-from argus.streams.summary_record import KernelNames, summarize_batch
+from argus.summaries.summary_record import KernelNames, summarize_batch
 
 
 def main() -> None:

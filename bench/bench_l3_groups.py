@@ -29,7 +29,7 @@ from argus.detectors.funnel import FunnelState, step
 from argus.detectors.l3_window import detect_window, table_from_summaries
 from argus.sim.layout import Layout
 from argus.streams import synth
-from argus.streams.summary_record import KernelNames, summarize_batch
+from argus.summaries.summary_record import KernelNames, summarize_batch
 
 POOL = 257  # as bench/soak.py
 

@@ -89,7 +89,7 @@ def test_summaries_give_the_same_l3_verdict_as_raw_batches(tmp_path: Path) -> No
 
     from argus.diagnose import read_avro
     from argus.schemas.codec import load_schemas
-    from argus.streams.summary_record import summarize_batch
+    from argus.summaries.summary_record import summarize_batch
 
     src = tmp_path / "raw"
     assert (

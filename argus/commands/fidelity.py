@@ -19,7 +19,7 @@ _METHODS = ("kde-p50p99", "kde-q4i", "kde-q7l")
 
 
 def _configs(method: str) -> list[Any]:
-    from argus.streams.kde import config_for_method
+    from argus.summaries.kde import config_for_method
 
     return [config_for_method(m) for m in (_METHODS if method == "all" else (method,))]
 
@@ -173,7 +173,7 @@ def _read_batches(paths: Iterable[Path]) -> dict[tuple[str, int], list[dict[str,
 
 def _files(paths: tuple[Path, ...], method: str, max_groups: int | None, exact: bool) -> None:
     from argus.streams.fidelity import check_batches
-    from argus.streams.summary_record import BatchError, KernelNames
+    from argus.summaries.summary_record import BatchError, KernelNames
 
     windows = _read_batches(paths)
     if not windows:

@@ -17,14 +17,15 @@ from typing import Any
 
 from argus.detectors.errors import DetectorInputError
 from argus.detectors.l3_window import KernelKey, RankKernels, merge_summaries
+from argus.summaries import BatchError, KernelNames, Summary, groups_from_summary
 
 __all__ = ["rank_kernels", "rank_kernels_from_summaries", "summary_groups"]
 
 
-def summary_groups(rec: Mapping[str, Any], names: Any) -> dict[KernelKey, Any]:
+def summary_groups(rec: Mapping[str, Any], names: KernelNames) -> dict[KernelKey, Summary]:
     """``{(kernel name, stream): Summary}`` of one ``kernel_summary`` record.
 
-    ``names`` is a :class:`argus.streams.summary_record.KernelNames` book shared by all the
+    ``names`` is a :class:`argus.summaries.KernelNames` book shared by all the
     records read (names are announced once per rank); the record's names are added to it.
 
     Raises
@@ -32,8 +33,6 @@ def summary_groups(rec: Mapping[str, Any], names: Any) -> dict[KernelKey, Any]:
     DetectorInputError
         Columns that disagree.
     """
-    from argus.streams.summary_record import BatchError, groups_from_summary
-
     names.update(rec)
     try:
         groups = groups_from_summary(rec)
@@ -45,7 +44,7 @@ def summary_groups(rec: Mapping[str, Any], names: Any) -> dict[KernelKey, Any]:
 
 
 def rank_kernels(
-    parts: Mapping[int, Mapping[KernelKey, Sequence[Any]]],
+    parts: Mapping[int, Mapping[KernelKey, Sequence[Summary]]],
     coords: Mapping[int, Mapping[str, Any]],
     stream_kinds: Mapping[int, Mapping[int, str]],
 ) -> list[RankKernels]:
@@ -69,11 +68,11 @@ def rank_kernels(
 
 
 def rank_kernels_from_summaries(
-    records: Iterable[Mapping[str, Any]], names: Any
+    records: Iterable[Mapping[str, Any]], names: KernelNames
 ) -> list[RankKernels]:
     """:class:`RankKernels` of a window's ``kernel_summary`` records (one a rank, by rank).
 
-    ``names`` (a :class:`~argus.streams.summary_record.KernelNames` book) first learns every
+    ``names`` (a :class:`~argus.summaries.KernelNames` book) first learns every
     record's kernel names, so a record may come before the one of its rank that announced them.
     A rank's coords are those of its last record.
 
@@ -84,7 +83,7 @@ def rank_kernels_from_summaries(
     """
     recs = list(records)
     names.update_many(recs)
-    parts: dict[int, dict[KernelKey, list[Any]]] = defaultdict(lambda: defaultdict(list))
+    parts: dict[int, dict[KernelKey, list[Summary]]] = defaultdict(lambda: defaultdict(list))
     coords: dict[int, Mapping[str, Any]] = {}
     kinds: dict[int, dict[int, str]] = defaultdict(dict)
     for rec in recs:

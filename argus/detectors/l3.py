@@ -2,7 +2,7 @@
 
 The core works on a **quantile matrix** ``Q`` of shape ``(R, M)``: row ``r`` is rank ``r``'s
 quantile function (reconstructed from its (count, p50, p99) clusters by
-``argus.streams.lognormal``) at ``M`` probability levels shared by all rows. In 1-D the
+``argus.summaries.lognormal``) at ``M`` probability levels shared by all rows. In 1-D the
 Wasserstein-1 distance is the L1 distance between quantile functions,
 
 .. math:: W_1(F_a, F_b) = \\int_0^1 |Q_a(p) - Q_b(p)|\\,dp \\approx \\sum_m w_m |Q_a(p_m) - Q_b(p_m)|,

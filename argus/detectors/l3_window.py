@@ -1,11 +1,11 @@
 """L3 over one window of kernel summaries: (kernel, stream) x comparison group -> findings.
 
-Input is, per rank, its cluster summaries (``argus.streams.kde.Summary``) by
+Input is, per rank, its cluster summaries (:class:`argus.summaries.Summary`) by
 ``(kernel name, stream id)`` for the window (several summaries of the same key, e.g. one per
 step, are merged into one mixture). For every **scope group** (default kind ``dp``: ranks
 doing the same work, i.e. DP replicas at the same PP stage / TP rank / CP rank) and every
 ``(kernel, stream)`` the quantile matrix is built with
-:func:`argus.streams.lognormal.quantile_matrix` and
+:func:`argus.summaries.lognormal.quantile_matrix` and
 
 * ranks are scored within the scope group (:func:`argus.detectors.l3.score_ranks`) ->
   ``kernel_divergence`` findings naming ranks, each beyond chance among all the scope's
@@ -27,11 +27,21 @@ from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 import numpy as np
+from scipy.special import ndtri
 
 from argus.detectors.config import L3Config
 from argus.detectors.findings import Finding
 from argus.detectors.l3 import compare_groups, score_ranks
 from argus.detectors.routing import Routing
+from argus.summaries import (
+    KernelNames,
+    Summary,
+    default_probs,
+    log_quantiles,
+    logq_rows,
+    mixture_quantile_rows,
+    summary_columns,
+)
 
 __all__ = ["KernelTable", "RankKernels", "detect_window", "merge_summaries", "table_from_summaries"]
 
@@ -54,17 +64,15 @@ class RankKernels:
 
     rank: int
     coords: Mapping[str, Any]
-    summaries: Mapping[KernelKey, Any] = field(default_factory=dict)
+    summaries: Mapping[KernelKey, Summary] = field(default_factory=dict)
     stream_kinds: Mapping[int, str] = field(default_factory=dict)
 
 
-def merge_summaries(parts: Sequence[Any]) -> Any:
+def merge_summaries(parts: Sequence[Summary]) -> Summary:
     """One mixture Summary from several Summaries of the same group (counts add up).
 
     All parts must share their quantile levels (they come from one summary method).
     """
-    from argus.streams.kde import Summary
-
     if len(parts) == 1:
         return parts[0]
     lv = parts[0].quantile_levels
@@ -159,10 +167,6 @@ def _union_log_q(
     Each component's ln-quantile is piecewise linear in the normal score with linear ends,
     so evaluating it at extra levels adds knots on its own lines: the function is unchanged.
     """
-    from scipy.special import ndtri
-
-    from argus.streams.lognormal import _logq_rows
-
     lv = np.unique(np.concatenate([levels for levels, _ in parts]))
     out = []
     zz = ndtri(lv)
@@ -170,7 +174,7 @@ def _union_log_q(
         if levels.size == lv.size and np.array_equal(levels, lv):
             out.append(log_q)
         else:
-            out.append(_logq_rows(ndtri(levels), log_q, np.tile(zz, (log_q.shape[0], 1))))
+            out.append(logq_rows(ndtri(levels), log_q, np.tile(zz, (log_q.shape[0], 1))))
     return lv, out
 
 
@@ -192,8 +196,6 @@ def _assemble(
     blocks: Sequence[_Block],
 ) -> KernelTable:
     """A KernelTable from blocks of clusters (keys in any order; the table's are sorted)."""
-    from argus.streams.lognormal import log_quantiles
-
     order = sorted(range(len(keys)), key=lambda i: keys[i])
     remap = np.empty(len(keys), dtype=np.int64)
     remap[order] = np.arange(len(keys))
@@ -233,26 +235,24 @@ def _assemble(
     )
 
 
-def table_from_summaries(records: Sequence[Mapping[str, Any]], names: Any) -> KernelTable:
+def table_from_summaries(records: Sequence[Mapping[str, Any]], names: KernelNames) -> KernelTable:
     """A KernelTable from decoded ``kernel_summary`` records (several windows per rank merge).
 
     Parameters
     ----------
     records : sequence of kernel_summary records
-    names : argus.streams.summary_record.KernelNames
+    names : argus.summaries.KernelNames
         The consumer's name book (fed with these records first).
 
     Raises
     ------
-    argus.streams.summary_record.BatchError
+    argus.summaries.BatchError
         A record whose columns disagree.
 
     Notes
     -----
     Columnar: per record a few numpy calls, no Python loop over its (kernel, stream) groups.
     """
-    from argus.streams.summary_record import _summary_columns
-
     rank_ids = sorted({int(r["rank"]) for r in records})
     ri = {r: i for i, r in enumerate(rank_ids)}
     coords: list[Mapping[str, Any]] = [{} for _ in rank_ids]
@@ -263,7 +263,7 @@ def table_from_summaries(records: Sequence[Mapping[str, Any]], names: Any) -> Ke
         coords[i] = rec.get("coords") or coords[i]
         for st in rec.get("streams") or []:
             kinds[i][int(st["id"])] = str(st["kind"])
-        gk, gs, gc, cc, q, levels = _summary_columns(rec)
+        gk, gs, gc, cc, q, levels = summary_columns(rec)
         code = (gk.astype(np.uint64) << np.uint64(32)) | gs.astype(np.uint64)
         cols.append((i, code, gc, cc, q, levels))
     codes = np.concatenate([c[1] for c in cols]) if cols else np.zeros(0, np.uint64)
@@ -312,8 +312,6 @@ def detect_window(
         ``p_value`` the chance of its ranks being that slow together). Ordered by scope
         group, then (kernel, stream).
     """
-    from argus.streams.lognormal import default_probs, mixture_quantile_rows
-
     cfg = cfg or L3Config()
     routing = routing or Routing.default()
     t = ranks if isinstance(ranks, KernelTable) else KernelTable.from_ranks(ranks)

@@ -28,11 +28,12 @@ import numpy as np
 import numpy.typing as npt
 from scipy.stats import rankdata
 
+from argus.schemas.arrays import kernel_ids
 from argus.streams import synth
-from argus.streams.kde import DEFAULT, PAPER, KdeConfig, Summary, summarize_many
-from argus.streams.lognormal import default_probs, pairwise_w1, quantile_matrix
-from argus.streams.quantile_wire import through_wire
-from argus.streams.summary_record import _kid, batch_columns, groups_from_summary
+from argus.summaries.kde import DEFAULT, PAPER, KdeConfig, Summary, summarize_many
+from argus.summaries.lognormal import default_probs, pairwise_w1, quantile_matrix
+from argus.summaries.quantile_wire import through_wire
+from argus.summaries.summary_record import batch_columns, groups_from_summary
 
 __all__ = [
     "FidelityReport",
@@ -169,7 +170,7 @@ def check_group(
         The same ranks' summaries (as they travel: float32 quantiles are fine).
     probs : (M,) array, optional
         Probability grid for the reconstructed W1 (and the raw W1 unless ``exact_raw``);
-        :func:`~argus.streams.lognormal.default_probs` (512) by default.
+        :func:`~argus.summaries.lognormal.default_probs` (512) by default.
     exact_raw : bool
         Exact raw W1 (slower, see :func:`raw_pairwise_w1`) instead of the grid's.
     iqr_alpha : float
@@ -196,7 +197,7 @@ def _report(items: list[tuple[tuple[int, int], GroupFidelity]]) -> FidelityRepor
 
 def _event_keys(batch: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
     names, name_idx, stream, dur = batch_columns(batch)
-    kids = np.fromiter((_kid(n) for n in names), dtype=np.uint64, count=len(names))
+    kids = kernel_ids(names).astype(np.uint64)
     key = (kids[name_idx] << np.uint64(32)) | stream.astype(np.uint64)
     return key, dur
 

@@ -30,7 +30,7 @@ from argus.streams.pipeline_config import PipelineConfig
 from argus.streams.roles.funnel import Funnel
 from argus.streams.roles.l3 import L3Windows, route_summary
 from argus.streams.roles.steps import JobSteps, StepBlocks, route_step
-from argus.streams.summary_record import summarize_batch
+from argus.summaries.summary_record import summarize_batch
 
 __all__ = ["EngineResult", "replay_stream", "run_engine"]
 
@@ -211,7 +211,7 @@ def run_engine(
     """Run the engine's roles over recorded records; see the module doc.
 
     Kernel batches are compressed as the live compressor does
-    (:func:`~argus.streams.summary_record.summarize_batch`); summaries are used as they are.
+    (:func:`~argus.summaries.summary_record.summarize_batch`); summaries are used as they are.
     ``funnel=False`` stops at the L1-L3 findings.
     """
     ctx = _MemoryCtx(detectors or DetectorsConfig(), pcfg or PipelineConfig())
@@ -231,7 +231,7 @@ def _summarize(batch: Mapping[str, Any]) -> dict[str, Any]:
     """The compressor's work on one ``kernel_batch``; a bad batch raises
     :class:`~argus.detectors.errors.DetectorInputError` naming it."""
     from argus.detectors.errors import DetectorInputError
-    from argus.streams.summary_record import BatchError
+    from argus.summaries.summary_record import BatchError
 
     try:
         return summarize_batch(batch)

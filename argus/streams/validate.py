@@ -68,7 +68,7 @@ import numpy as np
 
 from argus.detectors.findings import KINDS, LEVELS
 from argus.schemas.errors import ArgusError
-from argus.streams.summary_record import _summary_columns, batch_columns
+from argus.summaries.summary_record import batch_columns, summary_columns
 
 __all__ = [
     "MAX_STEP_RATE",
@@ -317,7 +317,7 @@ def validate_kernel_summary(
         raise InputError(
             "bad-field", "kernel_summary.quantile_levels must be non-empty, in [0, 1], sorted"
         )
-    gk, _gs, _gc, _cc, q, _lv = _summary_columns(rec)  # BatchError on inconsistent columns
+    gk, _gs, _gc, _cc, q, _lv = summary_columns(rec)  # BatchError on inconsistent columns
     if gk.size == 0:
         raise InputError("empty", "kernel_summary has no kernel groups")
     if not np.all(np.isfinite(q)):
@@ -578,7 +578,7 @@ class Checker:
     """The validators of one worker: :class:`Limits`, :class:`Clocks`, a wall clock.
 
     Each method validates one decoded record, then its event time and step; it raises
-    :class:`InputError` (or the :class:`~argus.streams.summary_record.BatchError` of
+    :class:`InputError` (or the :class:`~argus.summaries.summary_record.BatchError` of
     inconsistent columns) for a bad one. ``broker_s`` is the record's Kafka timestamp in
     seconds (faust's ``event.message.timestamp``: the producer's create time); without one
     (None, <= 0) the receiving wall clock stands in.

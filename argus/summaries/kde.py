@@ -60,7 +60,7 @@ from scipy.ndimage import correlate1d
 
 from argus.config import ConfigError
 from argus.schemas.errors import ArgusError
-from argus.streams.quantile_wire import ENCODINGS
+from argus.summaries.quantile_wire import ENCODINGS
 
 __all__ = [
     "COMPACT",
@@ -141,7 +141,7 @@ class KdeConfig:
         re-runs the search inside each mode with the mode's own smaller bandwidth, turns
         them into spurious splits. Splits at a data gap of ``isolate_log_gap`` always pass.
     quantile_encoding : {"float32", "log16"}
-        How ``kernel_summary`` carries the quantiles (:mod:`argus.streams.quantile_wire`):
+        How ``kernel_summary`` carries the quantiles (:mod:`argus.summaries.quantile_wire`):
         all levels as float32 (4 B each), or the float32 median plus int16 log offsets of
         the other levels (2 B each, relative error ≤ 2.5e-4).
     """
@@ -242,7 +242,7 @@ ROBUST = KdeConfig(
 
 #: The default summary ``kde-q7l``: ``kde-q4i``'s clustering (outlier isolation, two
 #: refinement passes) with 7 quantile levels (p5, p20, p35, p50, p70, p90, p99) sent as the
-#: float32 median plus int16 log offsets (:mod:`argus.streams.quantile_wire`): 20 bytes per
+#: float32 median plus int16 log offsets (:mod:`argus.summaries.quantile_wire`): 20 bytes per
 #: cluster like ``kde-q4i``'s four float32, and enough of each cluster's shape that the
 #: reconstructed W1 orders even i.i.d. healthy ranks' sampling noise as the raw data do
 #: (stationary median Spearman 0.97 instead of 0.93). Levels chosen by measurement

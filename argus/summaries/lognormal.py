@@ -1,6 +1,6 @@
 """Reconstruction of duration distributions from cluster summaries, and Wasserstein-1.
 
-Each cluster of a :class:`~argus.streams.kde.Summary` becomes one mixture component,
+Each cluster of a :class:`~argus.summaries.kde.Summary` becomes one mixture component,
 weighted by its count. A component is described by its quantile knots
 ``(z_j, y_j) = (Φ⁻¹(level_j), ln q_j)`` and its log-quantile function is the piecewise-linear
 interpolation of those knots in the normal-score ``z``, extended linearly beyond the end
@@ -30,7 +30,7 @@ import numpy as np
 import numpy.typing as npt
 from scipy.special import ndtr, ndtri
 
-from argus.streams.kde import Summary
+from argus.summaries.kde import Summary
 
 __all__ = [
     "default_probs",
@@ -38,6 +38,7 @@ __all__ = [
     "log_quantiles",
     "lognormal_params",
     "lognormal_w1",
+    "logq_rows",
     "mixture_cdf",
     "mixture_quantile",
     "mixture_quantile_rows",
@@ -71,8 +72,13 @@ def _seg(z: np.ndarray, zz: np.ndarray) -> np.ndarray:
     return np.clip(np.searchsorted(z, zz) - 1, 0, z.size - 2)
 
 
-def _logq_rows(z: np.ndarray, y: np.ndarray, zz: np.ndarray) -> np.ndarray:
-    """(K, M) ln Q of components with knots ``y`` (K, L) at normal scores ``zz`` (K, M)."""
+def logq_rows(z: np.ndarray, y: np.ndarray, zz: np.ndarray) -> np.ndarray:
+    """(K, M) ln Q (ln ns) of K components at normal scores ``zz`` (K, M).
+
+    ``z`` (L,) are the normal scores of the quantile levels (increasing) and ``y`` (K, L) the
+    components' ln-quantiles there; ln Q is piecewise linear in the normal score between the
+    knots and extended linearly beyond the ends.
+    """
     if z.size == 1:
         return np.repeat(y[:, :1], zz.shape[1], axis=1)
     seg = _seg(z, zz)
@@ -84,7 +90,7 @@ def _logq_rows(z: np.ndarray, y: np.ndarray, zz: np.ndarray) -> np.ndarray:
 
 def _logq_points(z: np.ndarray, y: np.ndarray, zz: np.ndarray) -> np.ndarray:
     """(N,) ln Q of point i's component (knots ``y[i]``, (N, L)) at normal score ``zz[i]``."""
-    out: np.ndarray = _logq_rows(z, y, zz[:, None])[:, 0]
+    out: np.ndarray = logq_rows(z, y, zz[:, None])[:, 0]
     return out
 
 
@@ -125,7 +131,7 @@ def mixture_quantile(summary: Summary, p: npt.ArrayLike, *, tol: float = 1e-12) 
     z, y, _ = _knots(summary)
     if summary.n == 0:
         return np.full(pp.shape, np.nan)
-    ends = _logq_rows(z, y, np.tile([-_Z_SPAN - 1.0, _Z_SPAN + 1.0], (y.shape[0], 1)))
+    ends = logq_rows(z, y, np.tile([-_Z_SPAN - 1.0, _Z_SPAN + 1.0], (y.shape[0], 1)))
     lo = np.full(pp.shape, float(ends[:, 0].min()))
     hi = np.full(pp.shape, float(ends[:, 1].max()))
     for _ in range(200):
@@ -155,7 +161,7 @@ def _breakpoints(summary: Summary) -> np.ndarray:
     if y.shape[0] == 0:
         return np.zeros(0)
     zz = np.linspace(-_Z_SPAN, _Z_SPAN, _NODES_PER_COMPONENT)
-    nodes = _logq_rows(z, y, np.tile(zz, (y.shape[0], 1)))
+    nodes = logq_rows(z, y, np.tile(zz, (y.shape[0], 1)))
     return np.concatenate((nodes.reshape(-1), y.reshape(-1)))
 
 
@@ -239,7 +245,7 @@ def w1(a: Summary, b: Summary) -> float:
 def w1_samples(summary: Summary, samples_ns: npt.ArrayLike) -> float:
     """W1 between a reconstructed mixture and the empirical distribution of raw samples, ns.
 
-    Invalid samples (≤ 0, NaN, inf) are ignored, as :func:`~argus.streams.kde.summarize`
+    Invalid samples (≤ 0, NaN, inf) are ignored, as :func:`~argus.summaries.kde.summarize`
     rejects them. NaN when either side is empty.
     """
     s = np.asarray(samples_ns, dtype=np.float64).reshape(-1)

@@ -11,13 +11,13 @@
 Columns follow ``argus/schemas/kernel_summary.avsc``: ``group_kernel`` uint32 (G,),
 ``group_stream`` uint32 (G,), ``group_clusters`` uint8 (G,), ``cluster_count`` uint32 (C,),
 ``extra`` empty (no method uses it yet), and the quantiles in one of two encodings
-(:mod:`argus.streams.quantile_wire`, chosen by ``KdeConfig.quantile_encoding``):
+(:mod:`argus.summaries.quantile_wire`, chosen by ``KdeConfig.quantile_encoding``):
 
 * ``float32``: ``cluster_quantiles_ns`` float32 (C, L) row-major, ``cluster_log_offsets`` empty;
 * ``log16``: ``cluster_quantiles_ns`` float32 (C,) medians, ``cluster_log_offsets`` int16
   (C, L − 1) row-major, the other levels as log offsets from the median.
 
-Readers need not care: :func:`groups_from_summary` (and ``_summary_columns``) always give the
+Readers need not care: :func:`groups_from_summary` (and :func:`summary_columns`) always give the
 (C, L) quantiles in ns.
 """
 
@@ -31,8 +31,8 @@ import numpy as np
 
 from argus.schemas.arrays import kernel_id, pack, unpack
 from argus.schemas.errors import ArgusError
-from argus.streams.kde import DEFAULT, PAPER, KdeConfig, ManySummary, Summary, summarize_many
-from argus.streams.quantile_wire import decode_log16, encode_log16, median_index
+from argus.summaries.kde import DEFAULT, PAPER, KdeConfig, ManySummary, Summary, summarize_many
+from argus.summaries.quantile_wire import decode_log16, encode_log16, median_index
 
 __all__ = [
     "BatchError",
@@ -41,6 +41,7 @@ __all__ = [
     "groups_from_summary",
     "names_from_summary",
     "summarize_batch",
+    "summary_columns",
     "summary_from_many",
 ]
 
@@ -184,7 +185,7 @@ def summarize_batch(
         A ``kernel_batch`` record as ``Codec.decode`` returns it.
     config : KdeConfig, optional
         Summary method, clustering parameters and quantile encoding; None means
-        :data:`~argus.streams.kde.DEFAULT` (``kde-q7l``), what the compressor agent uses.
+        :data:`~argus.summaries.kde.DEFAULT` (``kde-q7l``), what the compressor agent uses.
     announced : set of int, optional
         Kernel ids this producer has already published names for. When given, the record's
         ``kernel_names`` holds only the ids not in it; when None, every used id is named.
@@ -222,7 +223,7 @@ def summarize_batch(
     )
 
 
-def _summary_columns(record: Mapping[str, Any]) -> tuple[np.ndarray, ...]:
+def summary_columns(record: Mapping[str, Any]) -> tuple[np.ndarray, ...]:
     """Decode and check the columns of a ``kernel_summary`` record, whatever its encoding.
 
     Returns
@@ -296,7 +297,7 @@ def groups_from_summary(
     BatchError
         Columns that disagree with ``group_clusters`` or ``quantile_levels``.
     """
-    gk, gs, gc, cc, q, levels = _summary_columns(record)
+    gk, gs, gc, cc, q, levels = summary_columns(record)
     method = str(record.get("method", PAPER.method))
     ends = np.cumsum(gc, dtype=np.int64)
     out: dict[tuple[int, int], Summary] = {}

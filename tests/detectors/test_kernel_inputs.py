@@ -9,7 +9,7 @@ from argus.detectors.errors import DetectorInputError
 from argus.detectors.kernel_inputs import rank_kernels_from_summaries
 from argus.sim.layout import Layout
 from argus.streams import synth
-from argus.streams.summary_record import KernelNames, summarize_batch
+from argus.summaries.summary_record import KernelNames, summarize_batch
 
 LAY = Layout(dp=2, tp=1, pp=1, ep=1)
 

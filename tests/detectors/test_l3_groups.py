@@ -25,7 +25,7 @@ from argus.detectors.l3_window import detect_window, table_from_summaries
 from argus.sim.layout import Layout
 from argus.sim.simulate import SimRun, simulate
 from argus.streams import synth
-from argus.streams.summary_record import KernelNames, summarize_batch
+from argus.summaries.summary_record import KernelNames, summarize_batch
 
 P = (np.arange(64) + 0.5) / 64
 

@@ -21,7 +21,7 @@ from argus.detectors.errors import DetectorConfigError
 from argus.detectors.l3_window import KernelTable, detect_window, table_from_summaries
 from argus.sim.layout import Layout
 from argus.streams import synth
-from argus.streams.summary_record import KernelNames, summarize_batch
+from argus.summaries.summary_record import KernelNames, summarize_batch
 
 P = (np.arange(64) + 0.5) / 64
 

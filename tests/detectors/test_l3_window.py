@@ -8,7 +8,7 @@ import numpy as np
 
 from argus.detectors.l3_window import RankKernels, detect_window, merge_summaries
 from argus.sim.layout import Layout
-from argus.streams.kde import summarize_many
+from argus.summaries.kde import summarize_many
 
 LAY = Layout(dp=4, tp=1, pp=1, ep=4)  # one dp scope of 16 ranks, 4 EDP groups of 4
 
@@ -82,7 +82,7 @@ def test_merge_summaries_adds_counts() -> None:
 def _records(slow_rank: int, windows: int = 3) -> list[dict]:
     """kernel_summary records of 16 ranks x ``windows`` windows, one rank's GEMMs 1.5x slower."""
     from argus.streams import synth
-    from argus.streams.summary_record import summarize_batch
+    from argus.summaries.summary_record import summarize_batch
 
     mix = synth.default_mix(0)
     rng = np.random.default_rng(7)
@@ -105,14 +105,14 @@ def _records(slow_rank: int, windows: int = 3) -> list[dict]:
 
 def _as_rank_kernels(records: list[dict]) -> list[RankKernels]:
     from argus.detectors.kernel_inputs import rank_kernels_from_summaries
-    from argus.streams.summary_record import KernelNames
+    from argus.summaries.summary_record import KernelNames
 
     return rank_kernels_from_summaries(records, KernelNames())
 
 
 def test_columnar_table_from_wire_records_gives_the_object_path_findings() -> None:
     from argus.detectors.l3_window import table_from_summaries
-    from argus.streams.summary_record import KernelNames
+    from argus.summaries.summary_record import KernelNames
 
     recs = _records(slow_rank=5)
     book = KernelNames()
@@ -126,8 +126,8 @@ def test_columnar_table_from_wire_records_gives_the_object_path_findings() -> No
 
 def test_table_merges_clusters_with_different_quantile_levels_exactly() -> None:
     from argus.detectors.l3_window import KernelTable
-    from argus.streams.kde import Summary
-    from argus.streams.lognormal import default_probs, mixture_quantile_rows, quantile_matrix
+    from argus.summaries.kde import Summary
+    from argus.summaries.lognormal import default_probs, mixture_quantile_rows, quantile_matrix
 
     a = Summary([0.5, 0.99], [30, 10], [[1e6, 1.2e6], [3e6, 3.3e6]])
     b = Summary([0.1, 0.5, 0.9, 0.99], [25], [[0.9e6, 1e6, 1.1e6, 1.3e6]])

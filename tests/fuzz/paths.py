@@ -16,8 +16,8 @@ from argus.detectors.routing import Routing
 from argus.schemas import Codec
 from argus.streams.roles.funnel import finding_from_anomaly
 from argus.streams.roles.steps import collector_metrics, route_step
-from argus.streams.summary_record import KernelNames, _summary_columns, summarize_batch
 from argus.streams.validate import Checker
+from argus.summaries.summary_record import KernelNames, summarize_batch, summary_columns
 
 CODEC = Codec()
 ROUTING = Routing.from_config(DetectorsConfig().routing)
@@ -43,7 +43,7 @@ def compressor(raw: bytes, chk: Checker) -> Any:
 def l3(raw: bytes, chk: Checker) -> Any:
     """``argus.summary.kernels`` router, and the L3 window's table of an accepted summary."""
     rec = CODEC.decode_as("kernel_summary", raw)
-    _summary_columns(rec)
+    summary_columns(rec)
     chk.kernel_summary(rec, raw)
     sid = ROUTING.group_for_kind(rec["coords"], "dp")
     names = KernelNames()

@@ -27,7 +27,7 @@ from argus.schemas import Codec
 from argus.schemas.arrays import pack
 from argus.schemas.codec import SINGLE_OBJECT_MAGIC, load_schemas
 from argus.sim.simulate import SimRun, simulate
-from argus.streams.summary_record import summarize_batch
+from argus.summaries.summary_record import summarize_batch
 
 EXAMPLES = int(os.environ.get("ARGUS_FUZZ_EXAMPLES", "200"))
 FUZZ = settings(

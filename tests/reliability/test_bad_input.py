@@ -15,7 +15,7 @@ from argus.config import Settings
 from argus.schemas import Codec
 from argus.schemas.arrays import pack
 from argus.streams.local_run import Watcher
-from argus.streams.summary_record import summarize_batch
+from argus.summaries.summary_record import summarize_batch
 from argus.topics import topic_name
 from tests.pipeline.harness import metric, worker
 

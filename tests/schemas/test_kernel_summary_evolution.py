@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from argus.schemas import load_schemas
-from argus.streams import summary_record as sr
 from argus.streams import synth
-from argus.streams.kde import COMPACT, PAPER
+from argus.summaries import summary_record as sr
+from argus.summaries.kde import COMPACT, PAPER
 
 NEW = load_schemas()["kernel_summary"].raw
 

@@ -12,8 +12,8 @@ from argus.cli import cli
 from argus.schemas.codec import load_schemas
 from argus.streams import fidelity as F
 from argus.streams import synth
-from argus.streams.kde import PAPER, ROBUST, KdeConfig, summarize
-from argus.streams.summary_record import summarize_batch
+from argus.summaries.kde import PAPER, ROBUST, KdeConfig, summarize
+from argus.summaries.summary_record import summarize_batch
 
 
 def test_helpers() -> None:

@@ -17,7 +17,6 @@ from argus.schemas.arrays import pack
 from argus.sim.simulate import SimRun, simulate
 from argus.streams.memory import replay_stream
 from argus.streams.pipeline_config import PipelineConfig
-from argus.streams.summary_record import BatchError, summarize_batch
 from argus.streams.validate import (
     Checker,
     InputError,
@@ -30,6 +29,7 @@ from argus.streams.validate import (
     validate_stack_batch,
     validate_step,
 )
+from argus.summaries.summary_record import BatchError, summarize_batch
 
 NOW = 1_800_000_000 * 10**9  # the receiving wall clock of these tests, ns
 SEC = 10**9

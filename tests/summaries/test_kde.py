@@ -1,4 +1,4 @@
-"""argus.streams.kde: invariants (hypothesis), edge cases, vectorized == per group."""
+"""argus.summaries.kde: invariants (hypothesis), edge cases, vectorized == per group."""
 
 from __future__ import annotations
 
@@ -10,8 +10,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from argus.config import ConfigError
-from argus.streams import kde
-from argus.streams.kde import PAPER, ROBUST, KdeConfig, SummaryInputError, summarize, summarize_many
+from argus.summaries import kde
+from argus.summaries.kde import (
+    PAPER,
+    ROBUST,
+    KdeConfig,
+    SummaryInputError,
+    summarize,
+    summarize_many,
+)
 
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

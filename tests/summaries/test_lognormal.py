@@ -1,4 +1,4 @@
-"""argus.streams.lognormal: reconstruction, W1 accuracy and metric properties."""
+"""argus.summaries.lognormal: reconstruction, W1 accuracy and metric properties."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 from scipy.special import ndtri
 from scipy.stats import wasserstein_distance
 
-from argus.streams import lognormal as ln
-from argus.streams.kde import ROBUST, Summary, summarize
+from argus.summaries import lognormal as ln
+from argus.summaries.kde import ROBUST, Summary, summarize
 
 FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 L2 = np.array([0.5, 0.99])

@@ -1,4 +1,4 @@
-"""argus.streams.quantile_wire: the float32 and log16 encodings of cluster quantiles."""
+"""argus.summaries.quantile_wire: the float32 and log16 encodings of cluster quantiles."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from argus.streams import quantile_wire as qw
+from argus.summaries import quantile_wire as qw
 
 LEVELS = np.array([0.05, 0.2, 0.35, 0.5, 0.7, 0.9, 0.99])
 

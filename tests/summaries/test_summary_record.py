@@ -1,4 +1,4 @@
-"""argus.streams.summary_record: kernel_batch -> kernel_summary -> Summary, through Avro."""
+"""argus.summaries.summary_record: kernel_batch -> kernel_summary -> Summary, through Avro."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import pytest
 
 from argus.schemas.arrays import kernel_id, pack
 from argus.schemas.codec import Codec
-from argus.streams import summary_record as sr
 from argus.streams import synth
-from argus.streams.kde import COMPACT, DEFAULT, PAPER, ROBUST, summarize
-from argus.streams.quantile_wire import LOG16_MAX_REL_ERROR
+from argus.summaries import summary_record as sr
+from argus.summaries.kde import COMPACT, DEFAULT, PAPER, ROBUST, summarize
+from argus.summaries.quantile_wire import LOG16_MAX_REL_ERROR
 
 
 def _batch(
@@ -146,7 +146,7 @@ def test_default_is_the_compact_log16_encoding(batch: dict) -> None:
     c, n_levels = len(rec["cluster_count"]) // 4, len(rec["quantile_levels"])
     assert len(rec["cluster_quantiles_ns"]) == 4 * c  # float32 medians only
     assert len(rec["cluster_log_offsets"]) == 2 * c * (n_levels - 1)  # int16 offsets
-    gk, _gs, gc, cc, q, levels = sr._summary_columns(rec)
+    gk, _gs, gc, cc, q, levels = sr.summary_columns(rec)
     assert gk.size == gc.size and cc.size == c
     assert (
         q.shape == (c, n_levels)

@@ -1,7 +1,7 @@
 """Faust agents of the kernel roles: the compressor, and L3's router and window agent.
 
 * **compressor**: ``argus.raw.kernels`` -> ``argus.summary.kernels``, one summary per batch
-  (:func:`argus.streams.summary_record.summarize_batch`), same key (``job/rank``). Kernel names
+  (:func:`argus.summaries.summary_record.summarize_batch`), same key (``job/rank``). Kernel names
   travel as 32-bit ids; each rank's names are announced once, and again every
   ``_REANNOUNCE`` windows so a consumer that starts late learns them. One window in
   ``fidelity_every`` is also kept raw for the live fidelity check
@@ -24,8 +24,8 @@ from argus.streams import metrics
 from argus.streams.app import Ctx, add_lag_gauge, guarded, route_batches, window_agent
 from argus.streams.fidelity import check_batches
 from argus.streams.roles.l3 import L3Windows, route_summary
-from argus.streams.summary_record import _summary_columns, summarize_batch
 from argus.streams.validate import checker
+from argus.summaries.summary_record import summarize_batch, summary_columns
 
 __all__ = ["register_compressor", "register_l3"]
 
@@ -112,7 +112,7 @@ def register_l3(ctx: Ctx) -> None:
 
     async def route(event: faust.EventT) -> list[tuple[str, Any]]:
         rec = ctx.codec.decode_as("kernel_summary", event.message.value)
-        _summary_columns(rec)  # validates the columns (cheap: no per-group objects)
+        summary_columns(rec)  # validates the columns (cheap: no per-group objects)
         checker(ctx).kernel_summary(rec, event.message.value)
         return list(route_summary(rec, event.message.value or b"", routing))
 

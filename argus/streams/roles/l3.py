@@ -17,7 +17,7 @@ from argus.detectors.l3_window import detect_window, table_from_summaries
 from argus.detectors.routing import Routing
 from argus.streams import metrics, windows
 from argus.streams.roles.context import RoleContext, emit_findings
-from argus.streams.summary_record import KernelNames
+from argus.summaries.summary_record import KernelNames
 
 __all__ = ["L3Windows", "route_summary"]
 
