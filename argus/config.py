@@ -35,7 +35,7 @@ The other sections are the frozen dataclasses of their components, named in
 :data:`SECTIONS` (``[streams]``: :class:`~argus.streams.pipeline_config.PipelineConfig`,
 ``[detectors]``: :class:`~argus.detectors.config.DetectorsConfig`, ``[collectors]``:
 :class:`~argus.collectors.config.CollectorConfig`, ``[pagerduty]``:
-:class:`~argus.sinks.pagerduty_config.PagerDutySettings`). Every one of them is built by
+:class:`~argus.sinks.pagerduty.config.PagerDutySettings`). Every one of them is built by
 :func:`build_config`, which converts strings from the environment by the field's type (booleans
 by :func:`parse_bool`), rejects an unknown key naming it, its section, where it came from (the
 environment variable, or the file) and the known keys, and validates the values (the
@@ -103,7 +103,7 @@ SECTIONS: Mapping[str, str] = MappingProxyType(
     {
         "collectors": "argus.collectors.config:CollectorConfig",
         "detectors": "argus.detectors.config:DetectorsConfig",
-        "pagerduty": "argus.sinks.pagerduty_config:PagerDutySettings",
+        "pagerduty": "argus.sinks.pagerduty.config:PagerDutySettings",
         "streams": "argus.streams.pipeline_config:PipelineConfig",
     }
 )

@@ -76,7 +76,7 @@ def worker(
         import signal
         import threading
 
-        from argus.sinks.pagerduty_worker import run_pagerduty_sink
+        from argus.sinks.pagerduty.worker import run_pagerduty_sink
         from argus.streams import metrics
 
         logging.basicConfig(level=logging.INFO)

@@ -219,7 +219,7 @@ def test_pagerduty_sink_reads_alerts_as_its_own_identity(
     secure_broker: SecureBroker, prefix_topics: str
 ) -> None:
     """A worker identity writes an alert; the sink (user ``pagerduty``) consumes and posts it."""
-    from argus.sinks.pagerduty_worker import HttpResult, run_pagerduty_sink
+    from argus.sinks.pagerduty.worker import HttpResult, run_pagerduty_sink
     from tests.sinks.test_pagerduty_worker import KEY, make_alert
 
     dedup = f"sec-{time.time_ns()}"

@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry
 
 from argus.config import ConfigError, Settings, load_settings
 from argus.schemas.codec import Codec
-from argus.sinks.pagerduty_worker import (
+from argus.sinks.pagerduty.worker import (
     PagerDutyConfig,
     PagerDutyStats,
     RoutingKey,

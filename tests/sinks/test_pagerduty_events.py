@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from argus.detectors.pagerduty import (
+from argus.schemas.codec import Codec
+from argus.sinks.pagerduty.events import (
     MAX_PAYLOAD_BYTES,
     Disposition,
     PagerDutyEventError,
@@ -22,7 +23,6 @@ from argus.detectors.pagerduty import (
     pagerduty_dedup_key,
     redact,
 )
-from argus.schemas.codec import Codec
 
 KEY = "R0UTINGKEY0123456789abcdefABCDEF"  # 32 chars, like a real integration key
 

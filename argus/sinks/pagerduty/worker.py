@@ -1,6 +1,6 @@
 """``argus worker pagerduty``: deliver ``argus.alerts`` to PagerDuty Events API v2.
 
-The thin shell around :mod:`argus.detectors.pagerduty`:
+The thin shell around :mod:`argus.sinks.pagerduty.events`:
 
 * consumes the alerts topic with a confluent-kafka consumer (auto-commit off);
 * decodes each value as an ``alert`` record, builds the v2 body (trigger / resolve with the
@@ -14,7 +14,7 @@ The thin shell around :mod:`argus.detectors.pagerduty`:
   ``ARGUS_PAGERDUTY_ROUTING_KEY_FILE`` and never logs it.
 
 Settings (``[pagerduty]`` in argus.toml, or ``ARGUS_PAGERDUTY__<KEY>``; validated when the
-settings load, :class:`argus.sinks.pagerduty_config.PagerDutySettings`):
+settings load, :class:`argus.sinks.pagerduty.config.PagerDutySettings`):
 
 =======================  =============================================  ===================
 key                      meaning                                        default
@@ -58,7 +58,10 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
 from argus.config import ConfigError, Settings, build_config
-from argus.detectors.pagerduty import (
+from argus.schemas.codec import Codec
+from argus.schemas.errors import DecodeError
+from argus.sinks.pagerduty.config import PagerDutySettings
+from argus.sinks.pagerduty.events import (
     DEFAULT_EVENTS_URL,
     PAGERDUTY_SEVERITIES,
     Disposition,
@@ -69,9 +72,6 @@ from argus.detectors.pagerduty import (
     encode_event,
     redact,
 )
-from argus.schemas.codec import Codec
-from argus.schemas.errors import DecodeError
-from argus.sinks.pagerduty_config import PagerDutySettings
 from argus.topics import topic_name
 
 __all__ = [

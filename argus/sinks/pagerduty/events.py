@@ -2,7 +2,7 @@
 
 Nothing here does I/O, reads a clock or logs: time comes in as arguments (seconds on any
 monotonic clock), randomness as a number in ``[0, 1)``. The consumer loop that feeds these
-functions lives in :mod:`argus.sinks.pagerduty_worker`.
+functions lives in :mod:`argus.sinks.pagerduty.worker`.
 
 * :func:`build_event` turns a decoded ``alert`` record (``argus/schemas/alert.avsc``) into an
   Events API v2 body: ``trigger`` with summary, source, severity, timestamp, component,

@@ -3,7 +3,7 @@
 The section alone, without the routing key's presence (only the sink needs one) and without
 Kafka: :mod:`argus.config` builds it in every process that sets it, so ``argus config show``
 rejects what ``argus worker pagerduty`` would. The sink's run-time object is
-:class:`argus.sinks.pagerduty_worker.PagerDutyConfig`.
+:class:`argus.sinks.pagerduty.worker.PagerDutyConfig`.
 """
 
 from __future__ import annotations
@@ -12,21 +12,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from argus.config import ConfigError
-from argus.detectors.pagerduty import (
+from argus.kafka.security import Secret
+from argus.sinks.pagerduty.events import (
     DEFAULT_EVENTS_URL,
     PAGERDUTY_SEVERITIES,
     PagerDutyEventError,
     RetryPolicy,
     map_severity,
 )
-from argus.kafka.security import Secret
 
 __all__ = ["PagerDutySettings"]
 
 
 @dataclass(frozen=True, kw_only=True)
 class PagerDutySettings:
-    """The ``[pagerduty]`` table (see :mod:`argus.sinks.pagerduty_worker` for each key).
+    """The ``[pagerduty]`` table (see :mod:`argus.sinks.pagerduty.worker` for each key).
 
     ``routing_key`` comes only from the environment (``ARGUS_PAGERDUTY_ROUTING_KEY``, or
     ``ARGUS_PAGERDUTY__ROUTING_KEY``), never from the file; ``group_id`` empty means
