@@ -81,41 +81,77 @@ class L1Config:
 class L2Config:
     """Phase-level straggler detector (L2).
 
+    A rank is named in a phase when its excess is beyond chance (``alpha``) and material
+    (``min_excess``, ``min_abs_ms``, ``min_step_share``), or when one of its steps is a burst
+    beyond noise (``outlier_ratio``, ``burst_z``) that is material over the window; see
+    :mod:`argus.detectors.l2`.
+
     Attributes
     ----------
+    alpha : float
+        Family-wise false-naming rate of one group window: Holm over its (rank, phase) tests
+        of the exact within-step permutation test. 0.001 (ours; the previous robust-z gate,
+        ``z >= 3.5`` per test, was calibrated neither for R x P tests per window nor for the
+        phase's noise: 1,198 / 1,481 / 1,880 false (rank, window) pairs per 512-rank,
+        120-step job at jitter sigma 0.10 / 0.15 / 0.25 in short phases, now 0
+        (``bench/bench_l2_noise.py``). Lower than ``l3.rank_alpha`` (0.01) because L2 judges
+        every group after every step: ~3,700 group windows per such job).
+    min_step_share : float
+        A named rank's excess (ns per step) must be at least this share of the window's
+        median iteration time (when the window carries iteration times): a phase is judged by
+        what it costs the step, not by its own size. 0.02 (ours: 2 ms in an 8 ms
+        ``data_load`` of an 880 ms step is 0.2 %; a rank 1.25x slower in a phase of 10 % of
+        the step costs 2.5 %).
+    outlier_ratio : float
+        The largest single-step slowdown noise makes (a kernel 1.5-4x slower): per-step
+        scores are clipped at ``log(outlier_ratio)``, and a burst must exceed it. 4.0 (ours:
+        the issue's heavy tail, 0.2 % of kernels 1.5-4x).
+    burst_z : float
+        A burst is a step ``log(d / step median) >= log(outlier_ratio) + burst_z * sigma``,
+        ``sigma`` the robust (MAD) sigma of the phase's log ratios in the window. 6.0 (ours:
+        a 1.5 s stall of an 8 ms ``data_load`` with sigma 0.25 is at 15; a 4x outlier on
+        top of 0.25-sigma jitter needs a 6-sigma draw).
     z : float
-        Robust z-score gate, ``(x - median) / (1.4826 * MAD)``. 3.5 (ours: the
-        Iglewicz-Hoaglin outlier cut; DUO uses 2.0, which flags ~5 % of a 4,096-rank group
-        under plain noise).
+        Robust z-score, ``(x - median) / (1.4826 * MAD)`` of the ranks' window medians:
+        evidence, and the gate of the collectives' waiting *victims* (evidence only). 3.5
+        (ours, Iglewicz-Hoaglin). No longer a gate for naming a rank: it is per test and
+        depends on the spread of 16 medians, so it named ~1 rank in 1,000 per phase.
     min_excess : float
-        ... and the rank is at least this fraction slower than the group median
-        (``x / median - 1``). 0.15 (ours: a straggler that costs < 15 % is noise at the
-        phase level; L3 sees smaller effects).
+        ... and the rank's excess (ns per step, mean over the window's steps without its
+        worst one) is at least this fraction of the phase's median duration. 0.15 (ours: a
+        persistent excess that is statistically clear but a few % of its phase is the
+        healthy per-GPU speed spread, 1-2 %; L3 sees smaller effects).
     cv : float
         CV of the group's per-rank window medians above which the phase is reported
         *imbalanced* (evidence only). 0.15 (DUO). Not a gate for naming ranks: one
         straggler in R ranks moves the CV by about 1/sqrt(R), so at 4,096 ranks a CV gate
         would hide every single straggler.
     mad_floor : float
-        MAD floor as a fraction of the median, so ties (MAD = 0) give finite z. 0.01 (ours).
+        MAD floor as a fraction of the median (of the log ratios for bursts), so ties
+        (MAD = 0) give finite z. 0.01 (ours).
     pair_ratio : float
-        Groups of 2 ranks have no robust spread; the slower is named when
-        ``slower / faster >= pair_ratio``. 1.5 (ours).
+        Groups of 2 ranks have no robust spread; the slower is named when it is slower in
+        every step and ``slower / faster >= pair_ratio`` (window medians). 1.5 (ours).
     min_abs_ms : float
-        ... and differs from the group median by at least this much, ms per step. 1.0 (ours:
-        below 1 ms per step a phase-level verdict is not actionable, and pipeline/collective
-        waits of a few hundred us are noise).
+        ... and the excess is at least this much, ms per step. 1.0 (ours: below 1 ms per
+        step a phase-level verdict is not actionable, and pipeline/collective waits of a
+        few hundred us are noise).
     min_steps : int
         Steps with data a rank needs in the window to be judged. 1 (ours).
     late_step_share : float
-        A late arrival must have shortened its collective by at least this fraction of the
-        median iteration time (when the window carries iteration times). 0.05 (ours: waits
-        of a few % of a step are the normal spread of arrivals).
+        ``min_step_share`` for collectives: a late arrival must have shortened its
+        collective by at least this share of the median iteration time. 0.10 (ours: a 1-2 %
+        per-GPU speed spread makes the slowest GPU of a 16-rank group arrive 3-5 % of the
+        step after the median one, in every step; 0.05 named such GPUs).
     late_arrival : bool
         Name ranks whose *collective* phase is markedly shorter than the group's (they
         arrived late; their peers waited, paper case 5). True (paper case 5).
     """
 
+    alpha: float = 0.001
+    min_step_share: float = 0.02
+    outlier_ratio: float = 4.0
+    burst_z: float = 6.0
     z: float = 3.5
     min_excess: float = 0.15
     cv: float = 0.15
@@ -123,13 +159,17 @@ class L2Config:
     pair_ratio: float = 1.5
     min_abs_ms: float = 1.0
     min_steps: int = 1
-    late_step_share: float = 0.05
+    late_step_share: float = 0.10
     late_arrival: bool = True
 
     def __post_init__(self) -> None:
-        _positive(self, "z", "mad_floor", "min_steps")
-        _at_least(self, 0.0, "min_excess", "cv", "min_abs_ms", "late_step_share")
+        _positive(self, "z", "mad_floor", "min_steps", "burst_z")
+        _at_least(self, 0.0, "min_excess", "cv", "min_abs_ms", "late_step_share", "min_step_share")
         _at_least(self, 1.0, "pair_ratio")
+        if not 0.0 < self.alpha < 1.0:
+            raise DetectorConfigError(f"l2.alpha must be in (0, 1), got {self.alpha}")
+        if not self.outlier_ratio > 1.0:
+            raise DetectorConfigError(f"l2.outlier_ratio must be > 1, got {self.outlier_ratio}")
 
 
 @dataclass(frozen=True, kw_only=True)

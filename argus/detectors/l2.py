@@ -1,29 +1,47 @@
 """L2: straggler ranks and the bottleneck phase, per comparison group (paper §6.1).
 
-For each phase of one comparison group's window (ranks x steps), every rank's duration is
-summarised by its median over the window's steps; across the group's ranks the detector
-computes the **CV** (is the phase imbalanced?) and a **robust z-score**
-``z = (x - median) / (1.4826 * MAD)`` per rank (which rank?).
+A phase of one comparison group's window (ranks x steps) names a rank only when its excess is
+both **beyond chance** for that rank and **material** to the job:
+
+* **Chance** (persistence): each step's durations are compared across the group's ranks at
+  that step. A rank's per-step score is its log ratio to the step's median, clipped at
+  ``log(outlier_ratio)`` and quantised; its window statistic is the sum of its scores. Under
+  the null (the ranks are exchangeable within each step: any noise level, any distribution,
+  whole-group hiccups and checkpoints included) each step deals the step's scores to the
+  ranks at random, so the exact p-value is a tail of the convolution of the steps' score
+  distributions (:func:`exceedance_p`). The group's (rank, phase) tests are one family:
+  Holm at ``alpha`` over them. One step can give a rank at most a ``1/R`` chance, so a single
+  slow step (a kernel outlier, a GC pause) never passes; a rank slow in most steps does.
+* **Material**: the rank's excess over the step median, averaged over the window's steps
+  without its worst one (ns), must be at least ``min_excess`` of the phase, ``min_abs_ms``
+  and ``min_step_share`` of the median iteration time: a phase is judged by what it costs the
+  step, so 2 ms in an 8 ms ``data_load`` of an 880 ms step is not a straggler.
+* **Bursts**: one step far beyond anything noise makes (``outlier_ratio`` times the step
+  median and ``burst_z`` robust sigmas of the phase's log ratios above that, e.g. a 1.5 s
+  data-loading stall) names the rank when it is material over the window (its mean excess,
+  the burst included), though no within-window test can call one step persistent.
 
 Collectives are read the way they behave (paper case 5): when a rank is late into a
-collective, its peers wait inside it, so the late rank's collective looks *shorter*. Hence
+collective, its peers wait inside it, so the late rank's collective looks *shorter*. Hence a
+collective (``stream_kind`` ``comm``/``p2p``) names a rank persistently *shorter* (the lower
+tail of the same test; the shortfall at least ``min_excess`` of the phase, ``min_abs_ms`` and
+``late_step_share`` of the step; and standing out of the group, robust z of the window
+medians ``<= -z``: a part of the group late together is waiting propagated to it) with role
+``late_arrival``; ranks markedly *longer* are its waiting peers, the **victims**: reported as
+evidence, never as culprits.
 
-* compute phases: a rank ``z >= z`` and ``x / median - 1 >= min_excess`` slower is a
-  **straggler** (role ``compute``);
-* collective phases (``stream_kind`` ``comm``/``p2p``): a rank ``z <= -z`` and
-  ``min_excess`` shorter arrived late: it is named as a straggler (role ``late_arrival``);
-  ranks markedly *longer* are its waiting peers, the **victims**: reported as evidence,
-  never as culprits.
-
-Every named rank also differs from the group median by at least ``min_abs_ms``. Groups of
-two ranks have no robust spread: in a compute phase the slower one is named when the ratio
-reaches ``pair_ratio``; collectives of two ranks are not judged (either could have waited).
-Groups of one are not judged.
+Small groups and short windows: a rank's p-value is at least ``prod_s 1/R_s`` (it holds the
+largest score of every step); where that floor exceeds the Holm level (4 ranks in a 4-step
+window), a rank at the floor (the slowest of every step) passes. Groups of two ranks have
+no median to speak of: in a compute phase the slower is named when it is slower in every step
+and the ratio of the medians reaches ``pair_ratio``; collectives of two ranks are not judged
+(either could have waited). Groups of one are not judged.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,9 +52,20 @@ from argus.detectors.errors import DetectorInputError
 from argus.detectors.findings import Finding
 from argus.detectors.routing import COLLECTIVE_STREAM_KINDS
 
-__all__ = ["GroupWindow", "PhaseStats", "detect", "phase_stats"]
+__all__ = [
+    "GroupWindow",
+    "PhaseStats",
+    "detect",
+    "exceedance_p",
+    "holm",
+    "phase_stats",
+    "step_scores",
+]
 
 _MAD_TO_SIGMA = 1.4826
+SCORE_LEVELS = 32
+"""Quantisation of the per-step score: ``SCORE_LEVELS`` levels per ``log(outlier_ratio)``
+(about 4.4 % of the step median at the default 4x), so a score takes 2 x 32 + 1 values."""
 
 
 @dataclass(frozen=True)
@@ -115,15 +144,9 @@ def _row_medians(d: np.ndarray) -> np.ndarray:
 
     Sort-based (NaN sort last): much faster than ``np.nanmedian`` on many small rows.
     """
-    s = np.sort(d, axis=1)
-    n = np.isfinite(s).sum(axis=1)
-    rows = np.arange(d.shape[0])
-    lo = np.maximum((n - 1) // 2, 0)
-    hi = np.maximum(n // 2, 0)
-    hi = np.minimum(hi, max(d.shape[1] - 1, 0))
-    out = 0.5 * (s[rows, lo] + s[rows, hi]) if d.shape[1] else np.full(d.shape[0], np.nan)
-    out = np.where(n > 0, out, np.nan)
-    return np.asarray(out, dtype=np.float64)
+    if d.shape[1] == 0:
+        return np.full(d.shape[0], np.nan)
+    return _medians_axis0(d.T)
 
 
 def phase_stats(durations_ns: npt.ArrayLike, cfg: L2Config | None = None) -> PhaseStats:
@@ -167,6 +190,310 @@ def phase_stats(durations_ns: npt.ArrayLike, cfg: L2Config | None = None) -> Pha
     return PhaseStats(v, med, mad, cv, z, excess, int(vv.size))
 
 
+def _medians_axis0(d: np.ndarray) -> np.ndarray:
+    """Median over axis 0 of the finite values of (R, ...) ``d``; NaN where none."""
+    s = np.sort(d, axis=0)
+    n = np.isfinite(s).sum(axis=0)
+    lo = np.take_along_axis(s, np.maximum((n - 1) // 2, 0)[None], axis=0)[0]
+    hi = np.take_along_axis(s, np.minimum(np.maximum(n // 2, 0), d.shape[0] - 1)[None], axis=0)[0]
+    return np.asarray(np.where(n > 0, 0.5 * (lo + hi), np.nan), dtype=np.float64)
+
+
+def _references(d: np.ndarray, pair: np.ndarray) -> np.ndarray:
+    """(S, P) per-step reference of (R, S, P) durations: the median of the step's finite
+    values, the faster one's in a pair phase (``pair`` (P,) bool)."""
+    ref = _medians_axis0(d)
+    if pair.any():
+        with np.errstate(invalid="ignore"):
+            mn = np.fmin.reduce(d[:, :, pair], axis=0)
+        ref[:, pair] = np.where(np.isfinite(d[:, :, pair]).any(axis=0), mn, np.nan)
+    return ref
+
+
+def _log_ratios(d: np.ndarray, ref: np.ndarray) -> np.ndarray:
+    """``log(d / ref)`` with ``ref`` broadcast over ranks; +inf for d > 0 = ref, NaN for NaN d."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        e = np.log(d) - np.log(ref)
+        e = np.where(ref > 0, e, np.where(d > 0, np.inf, 0.0))
+    return np.asarray(np.where(np.isfinite(d), e, np.nan), dtype=np.float64)
+
+
+def _quantise(e: np.ndarray, outlier_ratio: float) -> np.ndarray:
+    c = math.log(outlier_ratio)
+    k = np.floor(np.clip(np.nan_to_num(e, nan=0.0), -c, c) * (SCORE_LEVELS / c) + 1e-9)
+    return np.clip(k, -SCORE_LEVELS, SCORE_LEVELS).astype(np.int64)
+
+
+def step_scores(
+    durations_ns: npt.ArrayLike, outlier_ratio: float = 4.0, *, lower: bool = False
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-step references, log ratios and quantised scores of one phase.
+
+    Parameters
+    ----------
+    durations_ns : (R, S) array of float
+        Durations per rank and step, ns; NaN: not judged.
+    outlier_ratio : float
+        Scores are clipped at ``+-log(outlier_ratio)``.
+    lower : bool
+        Score shortness (collectives: the late rank's collective is short).
+
+    Returns
+    -------
+    ref : (S,) float64
+        Median of each step's finite durations (the faster one's when every step has at most
+        two ranks and not ``lower``), ns.
+    log_ratio : (R, S) float64
+        ``log(d / ref)`` (negated when ``lower``), unclipped; NaN where ``d`` is NaN.
+    scores : (R, S) int64
+        ``floor(clip(log_ratio, -c, c) * SCORE_LEVELS / c)`` with ``c = log(outlier_ratio)``,
+        in ``[-SCORE_LEVELS, SCORE_LEVELS]``; 0 where ``d`` is NaN.
+
+    Examples
+    --------
+    >>> ref, e, k = step_scores([[10.0, 10.0], [11.0, 50.0], [9.0, 10.0]])
+    >>> ref.tolist(), k[1].tolist()
+    ([10.0, 10.0], [2, 32])
+    """
+    d = np.asarray(durations_ns, dtype=np.float64)
+    if d.ndim != 2:
+        raise DetectorInputError(f"durations must be (ranks, steps), got shape {d.shape}")
+    d3 = d[:, :, None]
+    pair = np.array([d.shape[0] > 0 and bool((np.isfinite(d).sum(axis=0) <= 2).all())])
+    ref = _references(d3, pair & (not lower))
+    e = _log_ratios(d3, ref[None])[:, :, 0]
+    if lower:
+        e = -e
+    return ref[:, 0], e, _quantise(e, outlier_ratio)
+
+
+def exceedance_p(
+    scores: npt.ArrayLike, valid: npt.ArrayLike, rows: npt.ArrayLike | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Exact permutation p-values of each rank's summed score (upper tail).
+
+    Parameters
+    ----------
+    scores : (R, S) array of int
+        Per-step scores (:func:`step_scores`).
+    valid : (R, S) array of bool
+        Cells that take part; each step's null deals its valid cells' scores.
+    rows : (K,) array of int, optional
+        Ranks to compute (default: every rank with a valid cell); the others get 1.0.
+
+    Returns
+    -------
+    p : (R,) float64
+        ``P(sum_s X_s >= t_r)`` with ``X_s`` drawn uniformly from step ``s``'s valid scores,
+        over the steps where rank ``r`` is valid, and ``t_r`` its own sum: the chance that a
+        random deal of every step's scores to the ranks gives it a total this high. Exact
+        for ranks exchangeable within each step, whatever the distribution.
+    floor : (R,) float64
+        ``prod_s 1 / R_s`` over the rank's steps (``R_s`` the valid ranks of step ``s``):
+        the smallest p-value the window can give.
+
+    Examples
+    --------
+    >>> k = np.zeros((4, 3), dtype=np.int64); k[2] = 5     # rank 2 on top in 3 steps
+    >>> p, floor = exceedance_p(k, np.ones((4, 3), bool))
+    >>> p.round(4).tolist(), float(floor[2])
+    ([1.0, 1.0, 0.0156, 1.0], 0.015625)
+    """
+    k = np.asarray(scores, dtype=np.int64)
+    ok = np.asarray(valid, dtype=bool)
+    if k.ndim != 2 or ok.shape != k.shape:
+        raise DetectorInputError(f"scores {k.shape} and valid {ok.shape} must be one (R, S)")
+    p = np.ones(k.shape[0])
+    floor = np.ones(k.shape[0])
+    if not ok.any():
+        return p, floor
+    lo = int(k[ok].min())
+    width = int(k[ok].max()) - lo + 1
+    n_s = ok.sum(axis=0)
+    todo = np.flatnonzero(ok.any(axis=1)) if rows is None else np.asarray(rows, dtype=np.int64)
+    pmf: dict[int, np.ndarray] = {}
+    patterns: dict[bytes, list[int]] = {}
+    for i in todo:
+        patterns.setdefault(ok[i].tobytes(), []).append(int(i))
+    for members in patterns.values():
+        steps = np.flatnonzero(ok[members[0]])
+        if steps.size == 0:
+            continue
+        acc = np.ones(1)
+        for s in steps.tolist():
+            if s not in pmf:
+                pmf[s] = np.bincount(k[ok[:, s], s] - lo, minlength=width) / n_s[s]
+            acc = np.convolve(acc, pmf[s])
+        tail = np.cumsum(acc[::-1])[::-1]  # P(sum >= i), small terms first
+        m = np.asarray(members)
+        t = (k[np.ix_(m, steps)] - lo).sum(axis=1)
+        p[m] = np.minimum(tail[t], 1.0)
+        floor[m] = float(np.prod(1.0 / n_s[steps]))
+    return p, floor
+
+
+def holm(
+    p: npt.ArrayLike, alpha: float, n_tests: int, floor: npt.ArrayLike | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Holm's step-down rejections of the tests ``p`` of a family of ``n_tests``.
+
+    Parameters
+    ----------
+    p : (K,) array of float
+        The p-values computed (the family's other ``n_tests - K`` tests count as p = 1).
+    alpha : float
+        Family-wise error rate.
+    n_tests : int
+        Size of the family (>= K).
+    floor : (K,) array of float, optional
+        Each test's smallest attainable p-value: a test whose floor exceeds its Holm level
+        is rejected at its floor (the window can give no more evidence).
+
+    Returns
+    -------
+    rejected : (K,) bool
+        The ``i``-th smallest p (0-based) is rejected when it and every smaller one satisfy
+        ``p <= max(alpha / (n_tests - i), floor)``.
+    level : (K,) float64
+        The level each test was compared with.
+
+    Examples
+    --------
+    >>> holm([0.001, 0.02, 0.004], 0.05, 10)[0].tolist()
+    [True, False, True]
+    """
+    pv = np.asarray(p, dtype=np.float64)
+    fl = np.zeros_like(pv) if floor is None else np.asarray(floor, dtype=np.float64)
+    out = np.zeros(pv.shape, dtype=bool)
+    level = np.zeros(pv.shape)
+    n = max(int(n_tests), pv.size)
+    stopped = False
+    for i, j in enumerate(np.argsort(pv, kind="stable")):
+        level[j] = max(alpha / (n - i), fl[j])
+        stopped = stopped or pv[j] > level[j] * (1.0 + 1e-9)
+        out[j] = not stopped
+    return out, level
+
+
+def _trimmed_mean(x: np.ndarray, ok: np.ndarray) -> np.ndarray:
+    """Mean over axis 1 of (R, S, P) ``x`` where ``ok``, without each row's largest value
+    (the value itself when it is the only one); NaN where none."""
+    n = ok.sum(axis=1)
+    tot = np.where(ok, x, 0.0).sum(axis=1)
+    mx = np.where(ok, x, -np.inf).max(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = np.where(n >= 2, (tot - mx) / (n - 1), np.where(n == 1, tot, np.nan))
+    return np.asarray(out, dtype=np.float64)
+
+
+@dataclass
+class _Judged:
+    """A window's phases, judged; arrays are (R, P) unless said."""
+
+    valid: np.ndarray  # (R, S, P) cells judged
+    collective: np.ndarray  # (P,)
+    pair: np.ndarray  # (P,) compute phases of two ranks
+    pair_ratio: np.ndarray  # window median / the faster one's, in pair phases (else NaN)
+    phase_ns: np.ndarray  # (P,) the phase's median duration, ns
+    cost: np.ndarray  # excess over the step reference, mean over steps but the worst, ns
+    mean_cost: np.ndarray  # ... over every step, ns (bursts)
+    tested: np.ndarray  # in the family: the rank could reach the materiality gates
+    persistent: np.ndarray  # Holm-rejected
+    p: np.ndarray
+    level: np.ndarray  # the Holm level each rejected test passed
+    burst: np.ndarray  # material over the window with a step beyond noise
+    burst_z: np.ndarray
+    burst_steps: np.ndarray  # steps beyond noise
+
+
+def _judge(win: GroupWindow, step_ns: float, cfg: L2Config) -> _Judged | None:
+    """Score every phase of the window at once, then test the candidates; None when no
+    rank is material in any phase (nothing can be named)."""
+    d = win.durations_ns
+    r, _, np_ = d.shape
+    collective = np.array([sk in COLLECTIVE_STREAM_KINDS for sk in win.stream_kinds], bool)
+    valid = np.isfinite(d)
+    valid &= (valid.sum(axis=1) >= cfg.min_steps)[:, None, :]
+    valid &= (valid.sum(axis=0) >= 2)[None, :, :]  # a step of one rank compares nothing
+    n = valid.any(axis=1).sum(axis=0)  # (P,) ranks judged per phase
+    judged = (n >= 2) & ~(collective & ((n == 2) | (not cfg.late_arrival)))
+    valid &= judged[None, None, :]
+    dd = np.where(valid, d, np.nan)
+    pair = (n == 2) & ~collective
+    ref = _references(dd, pair)  # (S, P)
+    sign = np.where(collective, -1.0, 1.0)
+    excess = (dd - ref[None]) * sign  # ns; a late arrival's shortfall in collectives
+    phase_ns = _medians_axis0(ref)  # (P,)
+    share = np.where(collective, cfg.late_step_share, cfg.min_step_share)
+    gate = np.fmax(cfg.min_abs_ms * 1e6, cfg.min_excess * phase_ns)
+    if math.isfinite(step_ns):
+        gate = np.fmax(gate, share * step_ns)
+    gate = np.where(judged, gate, np.inf)
+    cost = _trimmed_mean(excess, valid)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean_cost = np.where(valid, excess, 0.0).sum(axis=1) / valid.sum(axis=1)
+    may_burst = (mean_cost >= gate).any(axis=0) & ~collective & (n >= 3)
+    if not (cost >= gate).any() and not may_burst.any():
+        return None  # the usual healthy window: nobody costs the step enough
+    e = _log_ratios(dd, ref[None]) * sign  # (R, S, P)
+    best = np.where(valid, excess, -np.inf).max(axis=0)  # (S, P) the most any rank had
+    bound = _trimmed_mean(np.broadcast_to(best[None], d.shape), valid)
+    tested = bound >= gate
+    candidate = tested & (cost >= gate)
+    if collective.any():  # a late rank stands out from the group, not a late part of it
+        stood_out = np.zeros_like(candidate)
+        for j in np.flatnonzero(collective & candidate.any(axis=0)):
+            stood_out[:, j] = phase_stats(dd[:, :, j], cfg).z <= -cfg.z
+        candidate &= np.where(collective[None], stood_out, True)
+    ratio = np.full((r, np_), np.nan)
+    if pair.any():  # a pair: the ratio of the window medians as before
+        v = _medians_axis0(np.swapaxes(dd[:, :, pair], 0, 1))  # (R, pairs)
+        ratio[:, pair] = v / np.maximum(np.nanmin(v, axis=0), 1e-9)
+        candidate[:, pair] &= ratio[:, pair] >= cfg.pair_ratio
+    p = np.ones((r, np_))
+    floor = np.ones((r, np_))
+    k = _quantise(e, cfg.outlier_ratio)
+    for j in np.flatnonzero(candidate.any(axis=0)):
+        p[:, j], floor[:, j] = exceedance_p(
+            k[:, :, j], valid[:, :, j], rows=np.flatnonzero(candidate[:, j])
+        )
+    cells = np.argwhere(candidate)
+    rej, lv = holm(p[candidate], cfg.alpha, int(tested.sum()), floor[candidate])
+    persistent = np.zeros((r, np_), bool)
+    level = np.ones((r, np_))
+    persistent[cells[:, 0], cells[:, 1]] = rej
+    level[cells[:, 0], cells[:, 1]] = lv
+    burst = np.zeros((r, np_), bool)
+    burst_z = np.full((r, np_), -np.inf)
+    burst_n = np.zeros((r, np_), np.int64)
+    c = math.log(cfg.outlier_ratio)
+    may = may_burst & (np.where(valid, e, -np.inf).max(axis=(0, 1)) >= c)
+    for j in np.flatnonzero(may):  # rare: some step beyond outlier_ratio
+        ej = e[:, :, j][valid[:, :, j]]
+        ef = np.clip(ej, -10.0, 10.0)
+        sigma = max(_MAD_TO_SIGMA * float(np.median(np.abs(ef - np.median(ef)))), cfg.mad_floor)
+        bz = np.where(valid[:, :, j], (np.nan_to_num(e[:, :, j], nan=-np.inf) - c) / sigma, -np.inf)
+        burst_z[:, j] = bz.max(axis=1)
+        burst_n[:, j] = (bz >= cfg.burst_z).sum(axis=1)
+        burst[:, j] = (burst_z[:, j] >= cfg.burst_z) & (mean_cost[:, j] >= gate[j])
+    return _Judged(
+        valid,
+        collective,
+        pair,
+        ratio,
+        phase_ns,
+        cost,
+        mean_cost,
+        tested,
+        persistent,
+        p,
+        level,
+        burst,
+        burst_z,
+        burst_n,
+    )
+
+
 def detect(win: GroupWindow, cfg: L2Config | None = None) -> list[Finding]:
     """L2 findings of one group window.
 
@@ -178,83 +505,107 @@ def detect(win: GroupWindow, cfg: L2Config | None = None) -> list[Finding]:
     Returns
     -------
     list of Finding
-        At most one ``straggler`` finding per phase (the ranks named in that phase);
-        ``score`` is the largest |z| (or the pair ratio), ``baseline``/``observed`` are the
-        group median and the worst named rank's median, ms. Evidence: ``role``
-        (``compute`` | ``late_arrival``), ``cv``, ``z`` per named rank, ``excess``,
-        ``victims`` (collectives), ``bottleneck`` (ranks for which this phase has the largest
-        excess in ms among the group's phases).
+        At most one ``straggler`` finding per phase (the ranks named in that phase).
+        ``score``/``threshold`` are those of its strongest rank: ``-log10 p`` against
+        ``-log10`` of the Holm level it passed (a persistent excess), or the burst's robust z
+        against ``burst_z``; ``baseline``/``observed`` are the phase's median and that plus
+        the worst named rank's excess (ms per step; minus the shortfall of a late arrival).
+        Evidence: ``role`` (``compute`` | ``late_arrival``), per named rank ``test``
+        (``persistent`` | ``burst``), ``p``, ``burst_steps`` (steps beyond noise), ``excess`` (share of the phase) and
+        ``step_share`` (share of the median iteration time ``step_ms``); ``alpha``,
+        ``n_tests``, ``cv``, ``z`` (robust z of the window medians), ``victims``
+        (collectives), ``bottleneck`` (ranks for which this phase has the largest excess in
+        ms among the group's phases).
+
+    Notes
+    -----
+    The family is the (rank, phase) pairs of the window where the rank could reach the
+    materiality gates at all (judged on each step's largest excess, whichever rank drew it):
+    ``n_tests``. See the module docstring for the rule.
     """
     cfg = cfg or L2Config()
-    out: list[Finding] = []
-    late_gate = cfg.min_abs_ms * 1e6
+    step_ns = np.nan
     if win.iter_ns is not None and np.isfinite(win.iter_ns).any():
-        late_gate = max(late_gate, cfg.late_step_share * float(np.nanmedian(win.iter_ns)))
-    per_rank_best: dict[int, tuple[float, str]] = {}
-    pending: list[tuple[str, str, list[int], float, float, float, float, dict[str, str]]] = []
-    for j, (phase, sk) in enumerate(zip(win.phases, win.stream_kinds, strict=True)):
-        st = phase_stats(win.durations_ns[:, :, j], cfg)
-        if st.n_valid < 2:
-            continue
-        collective = sk in COLLECTIVE_STREAM_KINDS
-        v = st.values
-        named: np.ndarray
-        if st.n_valid == 2:
-            if collective:
-                continue  # two ranks cannot say who waited for whom
-            idx = np.flatnonzero(np.isfinite(v))
-            lo, hi = (idx[0], idx[1]) if v[idx[0]] <= v[idx[1]] else (idx[1], idx[0])
-            ratio = v[hi] / max(v[lo], 1e-9)
-            if ratio < cfg.pair_ratio or (v[hi] - v[lo]) < cfg.min_abs_ms * 1e6:
-                continue
-            named = np.array([hi])
-            score, thr = float(ratio), cfg.pair_ratio
-            victims = []
-        else:
-            if collective:
-                if not cfg.late_arrival:
-                    continue
-                sel = (
-                    (st.z <= -cfg.z) & (-st.excess >= cfg.min_excess) & (st.median - v >= late_gate)
-                )
-                vic = (st.z >= cfg.z) & (st.excess >= cfg.min_excess)
-                victims = [int(r) for r in win.ranks[vic]]
+        step_ns = float(np.nanmedian(win.iter_ns))
+    if not win.phases or not len(win.ranks):
+        return []
+    jd = _judge(win, step_ns, cfg)
+    if jd is None:
+        return []
+    named = jd.persistent | jd.burst  # (R, P)
+    if not named.any():
+        return []
+    gain = np.where(jd.persistent, jd.cost, jd.mean_cost)  # ns per step the rank costs
+    compute_gain = np.where(named & ~jd.collective[None], gain, -np.inf)
+    best_phase = np.argmax(compute_gain, axis=1)
+    has_compute = np.isfinite(compute_gain.max(axis=1))
+    n_tests = int(jd.tested.sum())
+    out: list[Finding] = []
+    for j in np.flatnonzero(named.any(axis=0)):
+        idx = np.flatnonzero(named[:, j])
+        ranks = [int(win.ranks[i]) for i in idx]
+        keys = [str(rk) for rk in ranks]
+        margins: list[tuple[float, float, float]] = []  # (margin, score, threshold)
+        tests: dict[str, str] = {}
+        pvals: dict[str, float | None] = {}
+        for key, i in zip(keys, idx, strict=True):
+            if jd.persistent[i, j]:
+                if jd.pair[j]:  # the slower of two: its ratio to the faster
+                    sc, th = float(jd.pair_ratio[i, j]), cfg.pair_ratio
+                else:
+                    sc = -math.log10(max(float(jd.p[i, j]), 1e-300))
+                    th = -math.log10(float(jd.level[i, j]))
+                tests[key], pvals[key] = "persistent", float(f"{jd.p[i, j]:.3g}")
             else:
-                sel = (st.z >= cfg.z) & (st.excess >= cfg.min_excess)
-                victims = []
-            sel &= np.isfinite(st.z) & (np.abs(v - st.median) >= cfg.min_abs_ms * 1e6)
-            named = np.flatnonzero(sel)
-            if named.size == 0:
-                continue
-            score = float(np.max(np.abs(st.z[named])))
-            thr = cfg.z
-        ranks = [int(r) for r in win.ranks[named]]
-        worst = named[np.argmax(np.abs(v[named] - st.median))]
-        for i in named:
-            gain = abs(float(v[i]) - st.median)
-            r = int(win.ranks[i])
-            if not collective and gain > per_rank_best.get(r, (-1.0, ""))[0]:
-                per_rank_best[r] = (gain, phase)
+                sc, th = float(jd.burst_z[i, j]), cfg.burst_z
+                tests[key], pvals[key] = "burst", None
+            margins.append((sc / th if th > 0 else 1.0, sc, th))
+        _, score, thr = max(margins)
+        pns = float(jd.phase_ns[j])
+        worst = float(gain[idx, j].max())
+        st = phase_stats(np.where(jd.valid[:, :, j], win.durations_ns[:, :, j], np.nan), cfg)
         ev = {
-            "role": "late_arrival" if collective else "compute",
-            "stream_kind": sk,
+            "role": "late_arrival" if jd.collective[j] else "compute",
+            "stream_kind": win.stream_kinds[j],
+            "test": json.dumps(tests),
+            "p": json.dumps(pvals),
+            "burst_steps": json.dumps(
+                {k: int(jd.burst_steps[i, j]) for k, i in zip(keys, idx, strict=True)}
+            ),
+            "excess": json.dumps(
+                {
+                    k: round(float(gain[i, j]) / pns, 3) if pns > 0 else None
+                    for k, i in zip(keys, idx, strict=True)
+                }
+            ),
+            "step_share": json.dumps(
+                {
+                    k: round(float(gain[i, j]) / step_ns, 4) if math.isfinite(step_ns) else None
+                    for k, i in zip(keys, idx, strict=True)
+                }
+            ),
+            "alpha": f"{cfg.alpha:g}",
+            "n_tests": str(n_tests),
             "cv": f"{st.cv:.4f}",
             "cv_threshold": f"{cfg.cv:.4f}",
             "imbalanced": str(st.cv >= cfg.cv).lower(),
-            "z": json.dumps({str(int(win.ranks[i])): round(float(st.z[i]), 2) for i in named}),
-            "excess": json.dumps(
-                {str(int(win.ranks[i])): round(float(st.excess[i]), 3) for i in named}
-            ),
+            "z": json.dumps({k: round(float(st.z[i]), 2) for k, i in zip(keys, idx, strict=True)}),
             "n_ranks": str(st.n_valid),
             "n_steps": str(len(win.steps)),
+            "bottleneck": json.dumps(
+                [
+                    rk
+                    for rk, i in zip(ranks, idx, strict=True)
+                    if not jd.collective[j] and has_compute[i] and best_phase[i] == j
+                ]
+            ),
         }
-        if victims:
-            ev["victims"] = json.dumps(victims[:64])
-            ev["n_victims"] = str(len(victims))
-        pending.append((phase, sk, ranks, score, thr, st.median, float(v[worst]), ev))
-    for phase, _sk, ranks, score, thr, med, worst_v, ev in pending:
-        bott = [r for r in ranks if per_rank_best.get(r, (0.0, ""))[1] == phase]
-        ev = {**ev, "bottleneck": json.dumps(bott)}
+        if math.isfinite(step_ns):
+            ev["step_ms"] = f"{step_ns / 1e6:.3f}"
+        victims = np.flatnonzero((st.z >= cfg.z) & (st.excess >= cfg.min_excess))
+        if jd.collective[j] and victims.size:
+            ev["victims"] = json.dumps([int(win.ranks[i]) for i in victims][:64])
+            ev["n_victims"] = str(victims.size)
         out.append(
             Finding(
                 job=win.job,
@@ -263,15 +614,15 @@ def detect(win: GroupWindow, cfg: L2Config | None = None) -> list[Finding]:
                 group_kind=win.group_kind,
                 group_id=win.group_id,
                 ranks=tuple(ranks),
-                phase=phase,
+                phase=win.phases[j],
                 window_start_step=int(win.steps[0]) if len(win.steps) else 0,
                 window_end_step=int(win.steps[-1]) if len(win.steps) else 0,
                 window_start_ns=int(win.start_ns),
                 window_end_ns=int(win.end_ns),
-                score=score,
-                threshold=thr,
-                baseline=med / 1e6,
-                observed=worst_v / 1e6,
+                score=float(score),
+                threshold=float(thr),
+                baseline=pns / 1e6,
+                observed=(pns + (-worst if jd.collective[j] else worst)) / 1e6,
                 unit="ms",
                 evidence=ev,
             )

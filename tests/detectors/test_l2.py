@@ -41,8 +41,12 @@ def test_single_straggler_is_named_with_phase_and_z() -> None:
     assert len(out) == 1
     f = out[0]
     assert (f.kind, f.ranks, f.phase, f.level) == ("straggler", (5,), "mlp", "L2")
-    assert f.score >= 3.5 and f.threshold == 3.5
+    # -log10 p against -log10 of the Holm level: the family is the 16 ranks of one phase
+    assert f.threshold == pytest.approx(-np.log10(L2Config().alpha / 16))
+    assert f.score > f.threshold
     assert f.evidence["role"] == "compute"
+    assert json.loads(f.evidence["test"]) == {"5": "persistent"}
+    assert json.loads(f.evidence["p"])["5"] == pytest.approx(16.0**-10, rel=1e-3)
     assert json.loads(f.evidence["bottleneck"]) == [5]
     assert 9 < f.baseline < 11 and 19 < f.observed < 21
 
