@@ -110,7 +110,7 @@ def settings_from(ctx: click.Context) -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from argus.schemas.errors import ArgusError
+    from argus.errors import ArgusError
 
     try:
         rv = cli.main(args=argv, prog_name="argus", standalone_mode=False)

@@ -68,6 +68,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, TypeVar
 
+from argus.errors import ArgusError
 from argus.kafka.security import (
     REDACTED,
     KafkaSecurity,
@@ -77,7 +78,6 @@ from argus.kafka.security import (
     parse_security,
     reveal,
 )
-from argus.schemas.errors import ArgusError
 
 __all__ = [
     "SECTIONS",

@@ -30,7 +30,7 @@ from typing import Any
 
 from argus.detectors.config import DetectorsConfig
 from argus.diagnose import DiagnoseResult, diagnose
-from argus.schemas.errors import ArgusError
+from argus.errors import ArgusError
 
 __all__ = [
     "ReplayError",

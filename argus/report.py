@@ -29,7 +29,7 @@ import numpy.typing as npt
 
 from argus.detectors.config import DetectorsConfig
 from argus.diagnose import DiagnoseResult
-from argus.schemas.errors import ArgusError
+from argus.errors import ArgusError
 
 __all__ = [
     "ReportData",

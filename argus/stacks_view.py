@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from argus.schemas.errors import ArgusError
+from argus.errors import ArgusError
 
 __all__ = [
     "HotStack",

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from argus.schemas.errors import ArgusError
+from argus.errors import ArgusError
 
 __all__ = ["TraceError", "TraceStats", "build_trace", "lanes", "trace_from_kafka"]
 

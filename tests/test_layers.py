@@ -9,7 +9,7 @@ fails the test, so a new package has to be placed in the table.
 layer  modules                                             what
 =====  ==================================================  =====================================
 0      ``argus`` (the package: ``__version__``),           errors, settings, broker security
-       ``argus.config``, ``argus.schemas.errors``,
+       ``argus.config``, ``argus.errors``,
        ``argus.kafka.security``
 1      ``argus.schemas``                                   codec, packed arrays, ``*.avsc``
 2      ``argus.summaries``                                 KDE, log-normal, quantile wire,
@@ -43,6 +43,8 @@ import ast
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "argus"
 
@@ -50,7 +52,7 @@ PKG = ROOT / "argus"
 LAYERS: dict[str, int | str] = {
     "argus": 0,  # the package itself: __version__ only (tested below)
     "argus.config": 0,
-    "argus.schemas.errors": 0,
+    "argus.errors": 0,
     "argus.kafka.security": 0,
     "argus.schemas": 1,
     "argus.summaries": 2,
@@ -90,16 +92,6 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
 }
 
 
-#: Packages that run code above the layer of one of their modules: package -> why.
-PACKAGE_EXCEPTIONS: dict[str, str] = {
-    # argus.config (layer 0) imports argus.schemas.errors, so Python runs argus/schemas/
-    # __init__.py (the codec, fastavro) first. The fix is the layout's argus/errors.py
-    # (git mv argus/schemas/errors.py, 26 importers); it waits for the config rework, which
-    # edits argus/config.py and argus/kafka/security.py now.
-    "argus.schemas": "argus.schemas.errors is layer 0 under a layer-1 package",
-}
-
-
 def _module_name(path: Path) -> str:
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
     if parts[-1] == "__init__":
@@ -115,9 +107,14 @@ MODULES = _modules()
 
 
 def layer_of(module: str) -> int | str:
-    """Layer of ``module`` by its longest prefix in :data:`LAYERS`; KeyError if none."""
+    """Layer of ``module`` by its longest prefix in :data:`LAYERS`; KeyError if none.
+
+    ``"argus"`` names the package module only, not a prefix of everything below it.
+    """
+    if module == "argus":
+        return LAYERS[module]
     parts = module.split(".")
-    for n in range(len(parts), 0, -1):
+    for n in range(len(parts), 1, -1):
         prefix = ".".join(parts[:n])
         if prefix in LAYERS:
             return LAYERS[prefix]
@@ -277,7 +274,9 @@ def test_layer_table() -> None:
     assert layer_of("argus.detectors.l1") == 3
     assert layer_of("argus.streams.app") == 5
     assert layer_of("argus.streams.roles.steps") == 4
-    assert layer_of("argus.schemas.errors") == 0 and layer_of("argus.schemas.codec") == 1
+    assert layer_of("argus.errors") == 0 and layer_of("argus.schemas.codec") == 1
+    with pytest.raises(KeyError):
+        layer_of("argus.newpackage.module")  # the package root is no prefix for the rest
     assert not _collector_may_import("argus.detectors.routing")
     assert _collector_may_import("argus.topics") and _collector_may_import("argus.config")
     assert list(_with_parents("argus.kafka.security")) == [
@@ -296,7 +295,6 @@ def test_packages_above_their_modules_import_nothing() -> None:
     """``argus/streams/__init__.py`` (layer 5) runs whenever a role (layer 4) is imported,
     so a package whose modules sit lower than itself must import nothing."""
     bad: set[str] = set()
-    used: set[str] = set()
     for module in MODULES:
         for pkg in list(_with_parents(module))[:-1]:
             if pkg not in MODULES or layer_of(pkg) == layer_of(module):
@@ -304,9 +302,5 @@ def test_packages_above_their_modules_import_nothing() -> None:
             for target, _ in imports_of(pkg):
                 if _lower_or_equal(layer_of(target), layer_of(module)):
                     continue
-                if pkg in PACKAGE_EXCEPTIONS:
-                    used.add(pkg)
-                    continue
                 bad.add(f"{MODULES[pkg].relative_to(ROOT)} imports {target}, run for {module}")
     assert not bad, "\n".join(sorted(bad))
-    assert used == set(PACKAGE_EXCEPTIONS), "PACKAGE_EXCEPTIONS no longer needed: remove them"

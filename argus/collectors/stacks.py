@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from argus.schemas.errors import ArgusError
+from argus.errors import ArgusError
 
 __all__ = [
     "NO_PERMISSION_HINT",

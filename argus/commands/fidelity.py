@@ -153,7 +153,7 @@ def fidelity(
 def _read_batches(paths: Iterable[Path]) -> dict[tuple[str, int], list[dict[str, Any]]]:
     import fastavro
 
-    from argus.schemas.errors import ArgusError
+    from argus.errors import ArgusError
 
     windows: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
     for path in paths:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from argus.config import ConfigError
-from argus.schemas.errors import ArgusError
+from argus.errors import ArgusError
 
 __all__ = ["DetectorConfigError", "DetectorInputError"]
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from argus.schemas.errors import ArgusError
+from argus.errors import ArgusError
 from argus.topics import topic_name
 
 __all__ = ["ROLES", "AclError", "AclRule", "acl_rules", "apply_acls", "kafka_acls_script"]

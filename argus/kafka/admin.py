@@ -9,8 +9,8 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from argus.config import Settings
+from argus.errors import ArgusError
 from argus.kafka.security import checked_admin, list_topics
-from argus.schemas.errors import ArgusError
 from argus.topics import TopicSpec, topic_specs
 
 __all__ = ["TopicAdminError", "create_topics", "delete_topics", "ensure_topics"]

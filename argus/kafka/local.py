@@ -31,7 +31,7 @@ from importlib import resources
 from pathlib import Path
 
 from argus.config import Settings
-from argus.schemas.errors import ArgusError
+from argus.errors import ArgusError
 
 __all__ = ["KAFKA_VERSION", "BrokerError", "BrokerStatus", "LocalBroker"]
 

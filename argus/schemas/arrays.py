@@ -21,7 +21,7 @@ import hashlib
 import numpy as np
 import numpy.typing as npt
 
-from argus.schemas.errors import DecodeError
+from argus.errors import DecodeError
 
 __all__ = ["kernel_id", "kernel_ids", "pack", "unpack"]
 

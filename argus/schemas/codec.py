@@ -31,7 +31,7 @@ from typing import Any
 import fastavro
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
-from argus.schemas.errors import DecodeError, EncodeError, SchemaNotFound
+from argus.errors import DecodeError, EncodeError, SchemaNotFound
 
 __all__ = ["SINGLE_OBJECT_MAGIC", "Codec", "RecordSchema", "load_schemas"]
 

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from argus.detectors.routing import DIMS, Routing
-from argus.schemas.errors import ArgusError
+from argus.errors import ArgusError
 
 __all__ = ["Layout", "LayoutError"]
 

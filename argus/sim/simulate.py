@@ -320,7 +320,7 @@ def publish(
         on_step(current_step)
     remaining = prod.flush(30.0)
     if remaining:
-        from argus.schemas.errors import ArgusError
+        from argus.errors import ArgusError
 
         raise ArgusError(f"{remaining} simulated records were not delivered within 30 s")
     return counts

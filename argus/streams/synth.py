@@ -38,8 +38,8 @@ from typing import Any
 
 import numpy as np
 
+from argus.errors import ArgusError
 from argus.schemas.arrays import pack
-from argus.schemas.errors import ArgusError
 
 __all__ = [
     "KINDS",

@@ -18,8 +18,8 @@ import uuid
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
+from argus.errors import ArgusError
 from argus.schemas import Codec
-from argus.schemas.errors import ArgusError
 
 __all__ = ["TailError", "identities_since"]
 

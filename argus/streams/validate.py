@@ -67,7 +67,7 @@ from typing import Any
 import numpy as np
 
 from argus.detectors.findings import KINDS, LEVELS
-from argus.schemas.errors import ArgusError
+from argus.errors import ArgusError
 from argus.summaries.summary_record import batch_columns, summary_columns
 
 __all__ = [

@@ -59,7 +59,7 @@ import numpy.typing as npt
 from scipy.ndimage import correlate1d
 
 from argus.config import ConfigError
-from argus.schemas.errors import ArgusError
+from argus.errors import ArgusError
 from argus.summaries.quantile_wire import ENCODINGS
 
 __all__ = [

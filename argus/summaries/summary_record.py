@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from argus.errors import ArgusError
 from argus.schemas.arrays import kernel_id, pack, unpack
-from argus.schemas.errors import ArgusError
 from argus.summaries.kde import DEFAULT, PAPER, KdeConfig, ManySummary, Summary, summarize_many
 from argus.summaries.quantile_wire import decode_log16, encode_log16, median_index
 

@@ -2,7 +2,7 @@
 
 They compose exactly what the routers (and the compressor) run on one record: decode,
 validate, then route or compress. The fuzz targets call them; each must return a result or
-raise an :class:`~argus.schemas.errors.ArgusError` that carries a ``reason`` code.
+raise an :class:`~argus.errors.ArgusError` that carries a ``reason`` code.
 """
 
 from __future__ import annotations

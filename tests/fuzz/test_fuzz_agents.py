@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 
-from argus.schemas.errors import ArgusError
+from argus.errors import ArgusError
 from argus.streams.validate import REASONS, Checker, Limits
 
 from . import paths

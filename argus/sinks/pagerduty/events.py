@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from argus.schemas.errors import ArgusError
+from argus.errors import ArgusError
 
 __all__ = [
     "DEFAULT_EVENTS_URL",

@@ -58,8 +58,8 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
 from argus.config import ConfigError, Settings, build_config
+from argus.errors import DecodeError
 from argus.schemas.codec import Codec
-from argus.schemas.errors import DecodeError
 from argus.sinks.pagerduty.config import PagerDutySettings
 from argus.sinks.pagerduty.events import (
     DEFAULT_EVENTS_URL,

@@ -1,4 +1,9 @@
-"""Typed errors of the wire contract."""
+"""Typed errors: the root of every error argus raises on purpose, and the wire contract's.
+
+The bottom layer (README.md, "Layout"): it imports nothing, so every module can raise these,
+:mod:`argus.config` included. Each component's own errors derive from :class:`ArgusError`
+(``ConfigError``, ``DetectorInputError``, ``BatchError``, ...).
+"""
 
 from __future__ import annotations
 
