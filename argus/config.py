@@ -68,7 +68,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, TypeVar
 
-from argus.errors import ArgusError
+from argus.errors import ConfigError
 from argus.kafka.security import (
     REDACTED,
     KafkaSecurity,
@@ -90,10 +90,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("argus.config")
-
-
-class ConfigError(ArgusError, ValueError):
-    """Bad configuration; the message names the key and the source."""
 
 
 #: ``[section]`` -> ``"module:Class"``, the frozen dataclass of that section. Imported when a

@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from argus.detectors.config import DetectorsConfig
-from argus.detectors.errors import DetectorInputError
 from argus.detectors.findings import Finding, to_anomaly
 from argus.detectors.funnel import Verdict
 from argus.detectors.inputs import job_series
 from argus.detectors.kernel_inputs import summary_groups
+from argus.errors import DetectorInputError
 from argus.streams.memory import run_engine
 from argus.streams.pipeline_config import PipelineConfig
 from argus.streams.roles.funnel import finding_from_anomaly

@@ -325,7 +325,7 @@ def report_data(
     """
     from argus.detectors.inputs import group_windows, job_series
     from argus.detectors.l3 import pairwise_w1
-    from argus.detectors.routing import Routing
+    from argus.routing import Routing
 
     if not steps:
         raise ReportError("no step records to report on")

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from argus.cli import main
-from argus.detectors.errors import DetectorInputError
 from argus.diagnose import diagnose_path
+from argus.errors import DetectorInputError
 
 # scenario -> (kernels needed, levels that must be among the matching verdict's levels)
 CASES = {

@@ -22,6 +22,7 @@ from argus.collectors.phases import CpuClock, CudaClock, CudaResolver, PhaseItem
 from argus.collectors.producer import RecordProducer
 from argus.collectors.topology import Topology, topology_records
 from argus.config import Settings
+from argus.routing import Routing
 from argus.schemas import pack
 from argus.topics import topic_name
 
@@ -40,11 +41,9 @@ KERNEL_BATCH_BYTES = 256 * 1024  # size hint of a kernel window before it is par
 
 def _pipeline_group_ids(settings: Settings, coords: dict[str, int]) -> dict[str, str]:
     """``{group kind: group id}`` exactly as the detectors name groups in anomaly records
-    (``argus.detectors.routing``, honouring ``[detectors.routing]``), so that an operator can
+    (``argus.routing``, honouring ``[detectors.routing]``), so that an operator can
     address a control command to the group an alert names. Empty when unavailable."""
     try:
-        from argus.detectors.routing import Routing
-
         table = settings.section("detectors").get("routing")
         routing = Routing.from_config(table if isinstance(table, dict) else None)
         return {kind: routing.group_for_kind(coords, kind) for kind in routing.groups}

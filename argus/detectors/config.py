@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from argus.config import build_config
-from argus.detectors.errors import DetectorConfigError
+from argus.errors import DetectorConfigError
 
 __all__ = [
     "DetectorsConfig",
@@ -325,7 +325,7 @@ class DetectorsConfig:
     routing: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        from argus.detectors.routing import Routing
+        from argus.routing import Routing
 
         Routing.from_config(self.routing)  # rules, group kinds and dims checked at load time
 

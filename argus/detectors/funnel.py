@@ -37,7 +37,7 @@ from typing import Any
 
 from argus.detectors.config import FunnelConfig
 from argus.detectors.findings import Finding, finding_id
-from argus.detectors.routing import DEFAULT_GROUPS, DIMS
+from argus.routing import DEFAULT_GROUPS, DIMS
 
 __all__ = [
     "Culprit",
@@ -168,7 +168,7 @@ def _fixed_dims(group_id: str) -> dict[str, int] | None:
     """Dimensions a routing group id fixes: ``"pp2.tp0"`` -> ``{"pp": 2, "tp": 0}``.
 
     ``"all"`` fixes none (``{}``); None when ``group_id`` is not a routing id
-    (:func:`argus.detectors.routing.group_id`), e.g. a hand-made test group.
+    (:func:`argus.routing.group_id`), e.g. a hand-made test group.
     """
     if group_id == "all":
         return {}
@@ -195,7 +195,7 @@ def _peers(a: Mapping[str, int], b: Mapping[str, int], groups: Mapping[str, Sequ
 
     The dimensions where both are known and differ must all be varied by one group kind of
     ``groups`` (kind -> dims it varies, the routing's; by default
-    :data:`argus.detectors.routing.DEFAULT_GROUPS`: ``tp``, ``pp``, ``ep``, ``edp`` one
+    :data:`argus.routing.DEFAULT_GROUPS`: ``tp``, ``pp``, ``ep``, ``edp`` one
     dimension, ``dp`` dp and ep): e.g. a rank and its TP partner, its pipeline neighbour,
     its EP peers. The ``job`` kind (every rank) does not count. Unknown dimensions do not
     separate them.

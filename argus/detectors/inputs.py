@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from argus.detectors.errors import DetectorInputError
 from argus.detectors.l2 import GroupWindow
-from argus.detectors.routing import Routing
+from argus.errors import DetectorInputError
+from argus.routing import Routing
 
 __all__ = [
     "JobSeries",

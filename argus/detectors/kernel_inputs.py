@@ -15,8 +15,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from argus.detectors.errors import DetectorInputError
 from argus.detectors.l3_window import KernelKey, RankKernels, merge_summaries
+from argus.errors import DetectorInputError
 from argus.summaries import BatchError, KernelNames, Summary, groups_from_summary
 
 __all__ = ["rank_kernels", "rank_kernels_from_summaries", "summary_groups"]

@@ -36,8 +36,8 @@ import numpy.typing as npt
 from numpy.lib.stride_tricks import sliding_window_view
 
 from argus.detectors.config import L1Config
-from argus.detectors.errors import DetectorInputError
 from argus.detectors.findings import Finding
+from argus.errors import DetectorInputError
 
 __all__ = ["ChangePoint", "L1History", "Spike", "change_points", "detect", "spikes"]
 

@@ -48,9 +48,9 @@ import numpy as np
 import numpy.typing as npt
 
 from argus.detectors.config import L2Config
-from argus.detectors.errors import DetectorInputError
 from argus.detectors.findings import Finding
-from argus.detectors.routing import COLLECTIVE_STREAM_KINDS
+from argus.errors import DetectorInputError
+from argus.routing import COLLECTIVE_STREAM_KINDS
 
 __all__ = [
     "GroupWindow",

@@ -41,7 +41,7 @@ import numpy as np
 import numpy.typing as npt
 
 from argus.detectors.config import L3Config
-from argus.detectors.errors import DetectorInputError
+from argus.errors import DetectorInputError
 
 __all__ = [
     "GroupComparison",

@@ -32,7 +32,7 @@ from scipy.special import ndtri
 from argus.detectors.config import L3Config
 from argus.detectors.findings import Finding
 from argus.detectors.l3 import compare_groups, score_ranks
-from argus.detectors.routing import Routing
+from argus.routing import Routing
 from argus.summaries import (
     KernelNames,
     Summary,

@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from argus.detectors.routing import DIMS, Routing
 from argus.errors import ArgusError
+from argus.routing import DIMS, Routing
 
 __all__ = ["Layout", "LayoutError"]
 
@@ -21,7 +21,7 @@ class LayoutError(ArgusError, ValueError):
 class Layout:
     """Sizes of the parallel dimensions; world size is their product.
 
-    Rank order is ``tp-cp-ep-dp-pp`` (fastest first): see :mod:`argus.detectors.routing`.
+    Rank order is ``tp-cp-ep-dp-pp`` (fastest first): see :mod:`argus.routing`.
     ``dp`` is the data-parallel size *inside* one expert-parallel slice, so the dense
     data-parallel degree is ``dp * ep``.
     """

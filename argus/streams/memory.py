@@ -24,7 +24,7 @@ from typing import Any
 
 from argus.detectors.config import DetectorsConfig
 from argus.detectors.inputs import validate_step_record
-from argus.detectors.routing import Routing
+from argus.routing import Routing
 from argus.schemas import Codec
 from argus.streams.pipeline_config import PipelineConfig
 from argus.streams.roles.funnel import Funnel
@@ -229,8 +229,8 @@ def run_engine(
 
 def _summarize(batch: Mapping[str, Any]) -> dict[str, Any]:
     """The compressor's work on one ``kernel_batch``; a bad batch raises
-    :class:`~argus.detectors.errors.DetectorInputError` naming it."""
-    from argus.detectors.errors import DetectorInputError
+    :class:`~argus.errors.DetectorInputError` naming it."""
+    from argus.errors import DetectorInputError
     from argus.summaries.summary_record import BatchError
 
     try:

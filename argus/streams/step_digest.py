@@ -18,7 +18,7 @@ So the per-job tier does work per block and per spanning group, not per rank: a 
 job at 256 ranks per block sends it 40 messages per step instead of 10,000.
 
 Digest layout (JSON, as it travels on the internal topic; blocks are of layout positions,
-:func:`argus.detectors.routing.rank_of` of the coords)::
+:func:`argus.routing.rank_of` of the coords)::
 
     {"s": <step>, "blk": <block>,
      "agg": [<max iteration ns>, <min start ns>, <max end ns>, <world size>],

@@ -126,7 +126,7 @@ def test_group_ids_match_the_detectors_naming() -> None:
     from argus.collectors.runtime import _pipeline_group_ids
     from argus.collectors.topology import Layout, layout_coords
     from argus.config import load_settings
-    from argus.detectors.routing import Routing
+    from argus.routing import Routing
 
     coords = layout_coords(Layout(dp=2, tp=2, pp=2), 5)
     ids = _pipeline_group_ids(load_settings(env={}), coords)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from argus.detectors.config import DetectorsConfig, L1Config, L3Config
-from argus.detectors.errors import DetectorConfigError
+from argus.errors import DetectorConfigError
 
 
 def test_defaults() -> None:

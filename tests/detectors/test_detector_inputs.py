@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from argus.detectors.errors import DetectorInputError
 from argus.detectors.inputs import group_windows, job_series, nested_waits, route_record
+from argus.errors import DetectorInputError
 from argus.sim.layout import Layout
 
 LAY = Layout(dp=4, tp=2)

@@ -141,7 +141,7 @@ def test_confidence_grows_with_levels_and_margin() -> None:
 
 @pytest.mark.parametrize("bad", [0.0, 1.5])
 def test_bad_trigger_confidence(bad: float) -> None:
-    from argus.detectors.errors import DetectorConfigError
+    from argus.errors import DetectorConfigError
 
     with pytest.raises(DetectorConfigError):
         FunnelConfig(trigger_confidence=bad)

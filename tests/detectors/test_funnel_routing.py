@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from argus.detectors import funnel
-from argus.detectors.routing import Routing
+from argus.routing import Routing
 from tests.detectors.findings_builders import l2
 
 # rank 0 (pp1.tp0.dp0.ep0) straggles in its MLP; rank 3 (pp1.tp1.ep1) differs from it in

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from argus.detectors import funnel
 from argus.detectors.findings import Finding
-from argus.detectors.routing import DEFAULT_GROUPS
+from argus.routing import DEFAULT_GROUPS
 from argus.streams.roles.funnel import finding_from_anomaly
 from tests.detectors.findings_builders import l2, l3
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from argus.detectors.errors import DetectorInputError
 from argus.detectors.kernel_inputs import rank_kernels_from_summaries
+from argus.errors import DetectorInputError
 from argus.sim.layout import Layout
 from argus.streams import synth
 from argus.summaries.summary_record import KernelNames, summarize_batch

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from argus.detectors import l1
 from argus.detectors.config import L1Config
-from argus.detectors.errors import DetectorInputError
+from argus.errors import DetectorInputError
 
 
 def _series(n: int = 400, seed: int = 0, sigma: float = 0.03) -> np.ndarray:

@@ -9,7 +9,7 @@ import pytest
 
 from argus.detectors import l2
 from argus.detectors.config import L2Config
-from argus.detectors.errors import DetectorInputError
+from argus.errors import DetectorInputError
 
 
 def _win(

@@ -19,7 +19,7 @@ import pytest
 
 from argus.detectors import l2
 from argus.detectors.config import DetectorsConfig, L2Config
-from argus.detectors.errors import DetectorConfigError, DetectorInputError
+from argus.errors import DetectorConfigError, DetectorInputError
 from tests.detectors.l2_noise import SHORT, Fault, NoiseJob, group_windows, simulate
 
 LIVE, OFFLINE = (4, 1), (10, 10)  # (window steps, slide)

@@ -8,7 +8,7 @@ from scipy.stats import norm
 
 from argus.detectors import l3
 from argus.detectors.config import L3Config
-from argus.detectors.errors import DetectorInputError
+from argus.errors import DetectorInputError
 
 P = (np.arange(64) + 0.5) / 64
 

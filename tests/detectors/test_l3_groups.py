@@ -19,9 +19,9 @@ from scipy.stats import norm
 
 from argus.detectors import l3
 from argus.detectors.config import L3Config
-from argus.detectors.errors import DetectorConfigError
 from argus.detectors.funnel import FunnelState, step
 from argus.detectors.l3_window import detect_window, table_from_summaries
+from argus.errors import DetectorConfigError
 from argus.sim.layout import Layout
 from argus.sim.simulate import SimRun, simulate
 from argus.streams import synth

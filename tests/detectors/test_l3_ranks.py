@@ -17,8 +17,8 @@ from scipy.stats import norm
 
 from argus.detectors import l3
 from argus.detectors.config import L3Config
-from argus.detectors.errors import DetectorConfigError
 from argus.detectors.l3_window import KernelTable, detect_window, table_from_summaries
+from argus.errors import DetectorConfigError
 from argus.sim.layout import Layout
 from argus.streams import synth
 from argus.summaries.summary_record import KernelNames, summarize_batch

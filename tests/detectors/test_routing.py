@@ -8,8 +8,8 @@ import pytest
 
 from argus.config import load_settings
 from argus.detectors.config import DetectorsConfig
-from argus.detectors.errors import DetectorConfigError
-from argus.detectors.routing import DEFAULT_GROUPS, Routing, group_id, group_span, rank_of
+from argus.errors import DetectorConfigError
+from argus.routing import DEFAULT_GROUPS, Routing, group_id, group_span, rank_of
 from argus.sim.layout import Layout
 
 

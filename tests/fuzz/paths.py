@@ -12,7 +12,7 @@ from typing import Any
 from argus.detectors.config import DetectorsConfig
 from argus.detectors.inputs import validate_step_record
 from argus.detectors.l3_window import table_from_summaries
-from argus.detectors.routing import Routing
+from argus.routing import Routing
 from argus.schemas import Codec
 from argus.streams.roles.funnel import finding_from_anomaly
 from argus.streams.roles.steps import collector_metrics, route_step

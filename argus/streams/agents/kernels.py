@@ -19,7 +19,7 @@ from typing import Any
 
 import faust
 
-from argus.detectors.routing import Routing
+from argus.routing import Routing
 from argus.streams import metrics
 from argus.streams.app import Ctx, add_lag_gauge, guarded, route_batches, window_agent
 from argus.streams.fidelity import check_batches

@@ -42,7 +42,7 @@ from typing import Any
 from argus.detectors import funnel
 from argus.detectors.alert_id import alert_id
 from argus.detectors.findings import Finding
-from argus.detectors.routing import Routing
+from argus.routing import Routing
 from argus.streams import metrics
 from argus.streams.roles.context import RoleContext, remember
 from argus.streams.roles.outbox import OutboxEntry, entry

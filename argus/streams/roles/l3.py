@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from argus.detectors.l3_window import detect_window, table_from_summaries
-from argus.detectors.routing import Routing
+from argus.routing import Routing
 from argus.streams import metrics, windows
 from argus.streams.roles.context import RoleContext, emit_findings
 from argus.summaries.summary_record import KernelNames

@@ -40,7 +40,7 @@ from argus.detectors import l1, l2
 from argus.detectors.findings import Finding
 from argus.detectors.inputs import group_windows, merge_group_windows
 from argus.detectors.l2 import GroupWindow
-from argus.detectors.routing import DIMS, Routing, group_span, rank_of
+from argus.routing import DIMS, Routing, group_span, rank_of
 from argus.streams import metrics, windows
 from argus.streams.pipeline_config import PipelineConfig
 from argus.streams.roles.context import RoleContext, emit_findings
@@ -229,7 +229,7 @@ class StepBlocks(_Tier):
     Every record of the block's ranks is folded here; a step closes when all of the block's
     ranks reported or it timed out (:mod:`argus.streams.windows`). Its L2 group windows are
     built from the block's records; groups whose ranks all fall in the block (TP, EP, ... of
-    a layout's rank order, :func:`argus.detectors.routing.group_span`) are judged here over
+    a layout's rank order, :func:`argus.routing.group_span`) are judged here over
     the block's sliding window, the others travel on in the step's digest
     (:mod:`argus.streams.step_digest`) with the ids of the findings made here.
     """
@@ -456,7 +456,7 @@ def route_step(
 ) -> list[tuple[str, Any]]:
     """The router's re-keyed item of one step record: ``[(job|b<block>, slim record)]``.
 
-    The block is that of the rank's layout position (:func:`argus.detectors.routing.rank_of`
+    The block is that of the rank's layout position (:func:`argus.routing.rank_of`
     of its coords), so a block holds whole groups whatever the job's rank numbering."""
     return [
         (

@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from argus.detectors.errors import DetectorConfigError, DetectorInputError
+from argus.errors import DetectorConfigError, DetectorInputError
 
 __all__ = [
     "COLLECTIVE_STREAM_KINDS",
