@@ -5,8 +5,6 @@ each culprit's alerts follow the funnel's rules (no trigger repeated while open)
 from __future__ import annotations
 
 import json
-import re
-import urllib.request
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -14,7 +12,6 @@ from typing import Any
 
 from argus.config import Settings
 from argus.detectors.alert_id import alert_identity
-from argus.streams.local_run import WorkerProcess
 
 _SEVERITIES = ("warning", "error", "critical")
 
@@ -117,17 +114,3 @@ def audit(
             res.rule_breaks.append(f"trigger of open {key} repeated (p={a['persistence']})")
         open_[key] = (sig[0] | old[0], max(sig[1], old[1])) if old else sig
     return res
-
-
-def has_metric(w: WorkerProcess, name: str, **labels: str) -> bool:
-    """The worker serves a sample of metric ``name`` with ``labels`` (a gauge set at all)."""
-    try:
-        url = f"http://127.0.0.1:{w.metrics_port}/metrics"
-        text = urllib.request.urlopen(url, timeout=2).read().decode()
-    except OSError:
-        return False
-    for line in text.splitlines():
-        m = re.match(rf"^{name}\{{(.*)\}} \S+$", line)
-        if m and all(f'{k}="{v}"' in m.group(1) for k, v in labels.items()):
-            return True
-    return False

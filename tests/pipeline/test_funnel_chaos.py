@@ -28,8 +28,8 @@ from argus.sim.simulate import SimRun, publish, simulate
 from argus.streams.local_run import Watcher, WorkerProcess
 from argus.streams.outbox import PAUSE_ENV
 
-from .funnel_check import audit, has_metric
-from .harness import worker
+from .funnel_check import audit
+from .harness import has_metric, worker
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 

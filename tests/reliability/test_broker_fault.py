@@ -13,8 +13,6 @@ stopped for ~10 s and started again (it then takes ~10 s to serve). Then:
 
 from __future__ import annotations
 
-import os
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -24,11 +22,12 @@ from typing import Any
 import pytest
 
 from argus.collectors.producer import RecordProducer
-from argus.config import Settings, load_settings
+from argus.config import Settings
 from argus.kafka.admin import create_topics
 from argus.kafka.local import LocalBroker
 from argus.sim.simulate import SimRun, simulate
 from argus.streams.local_run import Watcher, WorkerProcess
+from tests.pipeline import harness
 from tests.pipeline.harness import FAST, SPLIT, metric
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -36,33 +35,10 @@ pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 STEPS, RATE, DOWN_AT = 60, 1.0, 12  # steps/s; the broker stops at this step
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def private_broker(tmp_path: Path) -> Iterator[tuple[LocalBroker, Settings, dict[str, str]]]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ARGUS_")}
-    if "ARGUS_CACHE_DIR" in os.environ:
-        env["ARGUS_CACHE_DIR"] = os.environ["ARGUS_CACHE_DIR"]
-    (tmp_path / "none.toml").write_text("")
-    env |= {
-        "ARGUS_STATE_DIR": str(tmp_path / "kafka"),
-        "ARGUS_KAFKA_PORT": str(_free_port()),
-        "ARGUS_KAFKA_CONTROLLER_PORT": str(_free_port()),
-        "ARGUS_KAFKA_HEAP": "384m",
-        "ARGUS_TOPIC_PREFIX": "argus",
-        "ARGUS_CONFIG": str(tmp_path / "none.toml"),
-    }
-    settings = load_settings(env=env)
-    broker = LocalBroker(settings)
-    assert broker.up(timeout_s=120).running
-    try:
-        yield broker, settings, env
-    finally:
-        broker.down()
+    with harness.private_broker(tmp_path) as (broker, settings, env):
+        yield broker, settings, {**env, "ARGUS_TOPIC_PREFIX": "argus"}
 
 
 def test_broker_restart_mid_job_loses_nothing_acknowledged(
@@ -77,7 +53,7 @@ def test_broker_restart_mid_job_loses_nothing_acknowledged(
             roles,
             env={**env, **FAST},
             log_path=tmp_path / f"worker-{'-'.join(roles)}.log",
-            metrics_port=_free_port(),
+            metrics_port=harness.free_port(),
         ).start()
         for roles in SPLIT
     ]
