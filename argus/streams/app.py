@@ -143,6 +143,13 @@ class Ctx:
         await self.send(self.external(suffix), key.encode(), self.codec.encode(record_name, value))
         metrics.RECORDS_OUT.labels(role, suffix).inc()
 
+    async def late(self, role: str, reason: str) -> None:
+        """A role's late item: the internal message carrying it goes to the DLQ with the
+        reason (:class:`argus.streams.roles.context.RoleContext`)."""
+        event = faust.current_event()
+        if event is not None:
+            await self.dlq(event, LateRecord(reason), role, reason="late")
+
     async def dlq(
         self, event: faust.EventT, exc: BaseException, role: str, reason: str | None = None
     ) -> None:
@@ -171,6 +178,12 @@ class Ctx:
         await self.send(self.external("dlq"), rec["key"], self.codec.encode("dlq_record", rec))
         metrics.DLQ.labels(role, why).inc()
         log.warning("%s[%s]@%s -> dlq: %s", msg.topic, msg.partition, msg.offset, reason[:300])
+
+
+class LateRecord(Exception):
+    """A record that came after its window closed (allowed lateness exceeded)."""
+
+    reason = "late"
 
 
 def is_tick(event: faust.EventT) -> bool:

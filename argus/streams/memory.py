@@ -56,9 +56,13 @@ class _MemoryCtx:
     queue: deque[tuple[str, str, Any]] = field(default_factory=deque)
     anomalies: list[dict[str, Any]] = field(default_factory=list)
     alerts: list[dict[str, Any]] = field(default_factory=list)
+    rejected: list[str] = field(default_factory=list)  # late items, with their reasons
 
     def table(self, name: str) -> dict[str, Any]:
         return self.tables.setdefault(name, {})
+
+    async def late(self, role: str, reason: str) -> None:
+        self.rejected.append(reason)
 
     def internal_topic(self, name: str) -> _Topic:
         return _Topic(name)

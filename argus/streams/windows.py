@@ -20,7 +20,8 @@ hop after keeps a key's order), so its newest step is its **watermark**. A pendi
   reported: window ids may be sparse): the job went on without the sources that are not
   accounted for (a rank that stopped reporting). Arrival skew
   between sources within ``lateness`` steps changes nothing; a source further behind is
-  reported missing and its records for the closed step are counted ``late``.
+  reported missing and its records for the closed step are ``late`` (counted, and sent to
+  the DLQ with the reason by the roles; they move no window).
 
 Closability is monotone in the step (a source that reported ``k + 1`` passed ``k``), so steps
 close in order. Two bounds are not event time and say so: ``max_pending`` caps memory (the
@@ -111,14 +112,19 @@ def add(
 
     Returns
     -------
-    status : ``"new"``, ``"dup"`` (this source already reported this step: a replayed
-        record) or ``"late"`` (the step already closed).
+    status : ``"new"``, ``"dup"`` (a replayed record: this source already reported this
+        step, or had passed it) or ``"late"`` (the step closed without this source: it was
+        further behind than the lateness; the driver counts it and sends it to the DLQ).
     closed : the steps this report closed, in step order (see the module doc).
     """
     step, rank = int(step), int(rank)
     closed_steps = state["closed"]
+    src = str(rank)
     if step in closed_steps or (len(closed_steps) >= _MAX_CLOSED and step < closed_steps[0]):
-        state["late"] = int(state["late"]) + 1
+        if int(state["src"].get(src, -1)) >= step:
+            return "dup", []  # the source had passed it: a replayed record
+        state["late"] = int(state["late"]) + 1  # it closed without this source
+        state["src"][src] = step
         return "late", []
     key = str(step)
     pend = state["pending"].get(key)
@@ -129,7 +135,6 @@ def add(
     pend["got"].append(rank)
     pend["exp"] = max(int(pend["exp"]), int(expected))
     state["newest"] = max(int(state["newest"]), step)
-    src = str(rank)
     state["src"][src] = max(int(state["src"].get(src, -1)), step)
     return "new", _due(state, lateness, max_pending)
 

@@ -18,8 +18,8 @@ def test_closes_when_every_rank_reported_and_counts_dups_and_late() -> None:
     assert windows.add(s, step=0, rank=0, expected=2) == ("dup", [])
     status, closed = windows.add(s, step=0, rank=1, expected=2)
     assert status == "new" and closed == [windows.ClosedStep(0, (0, 1), 2, False)]
-    assert windows.add(s, step=0, rank=1, expected=2) == ("late", [])
-    assert s["late"] == 1 and s["pending"] == {}
+    assert windows.add(s, step=0, rank=1, expected=2) == ("dup", [])  # replayed after close
+    assert s["late"] == 0 and s["pending"] == {}
     json.dumps(s)  # a faust table holds it as JSON
 
 
@@ -97,3 +97,49 @@ def test_any_arrival_order_within_the_lateness_gives_the_same_windows(
         order.append(streams[r][pos[r]])
         pos[r] += 1
     assert _run(order, lateness) == _run(in_order, lateness)
+
+
+def test_a_record_beyond_the_lateness_is_late_and_moves_no_window() -> None:
+    """Rank 2 is 6 steps behind with lateness 4: steps 0-1 closed without it; its records
+    for them are ``late`` (the driver sends them to the DLQ), change no closed step, and a
+    replay of a record already taken is a ``dup``, not late."""
+    s = windows.new_state()
+    closed: list[windows.ClosedStep] = []
+    for step in range(6):
+        for rank in (0, 1):
+            closed += windows.add(s, step=step, rank=rank, expected=3, lateness=4)[1]
+    assert [(c.step, c.ranks, c.missing) for c in closed] == [(0, (0, 1), 1), (1, (0, 1), 1)]
+    assert windows.add(s, step=0, rank=2, expected=3, lateness=4) == ("late", [])
+    assert windows.add(s, step=1, rank=2, expected=3, lateness=4) == ("late", [])
+    assert windows.add(s, step=0, rank=0, expected=3, lateness=4) == ("dup", [])
+    status, now_closed = windows.add(s, step=2, rank=2, expected=3, lateness=4)
+    assert status == "new" and [(c.step, c.ranks) for c in now_closed] == [(2, (0, 1, 2))]
+    assert s["late"] == 2 and sorted(s["closed"]) == [0, 1, 2]
+
+
+def test_the_steps_role_sends_late_records_to_the_dlq_with_the_reason() -> None:
+    import asyncio
+
+    from argus.detectors.config import DetectorsConfig
+    from argus.sim.simulate import SimRun, simulate
+    from argus.streams.memory import _MemoryCtx
+    from argus.streams.pipeline_config import PipelineConfig
+    from argus.streams.roles.steps import JobSteps, StepBlocks, route_step
+
+    run = SimRun.make("healthy", ranks=16, steps=12, seed=1, kernels=False)
+    recs = [r for t, _k, r in simulate(run) if t == "raw.steps"]
+    ctx = _MemoryCtx(DetectorsConfig(), PipelineConfig(lateness_steps=3))
+    blocks = StepBlocks(ctx, JobSteps(ctx).levels)
+    late = [r for r in recs if r["rank"] == 3]  # rank 3's records all come after the rest
+    on_time = [r for r in recs if r not in late]
+
+    async def go() -> None:
+        st: dict[str, object] = {}
+        for rec in [*on_time, *late]:
+            for key, item in route_step(rec, 256):
+                await blocks.add(key, st.setdefault(key, blocks.new(key)), item, 0.0)
+
+    asyncio.run(go())
+    # steps 0-8 closed without it (the watermark, step 11, passed them by 3 steps)
+    assert len(ctx.rejected) == 9
+    assert all(r.startswith("late: step ") and "rank 3" in r for r in ctx.rejected)

@@ -43,6 +43,10 @@ class RoleContext(Protocol):
     ) -> None:
         """Send an Avro ``record_name`` record to the external topic ``suffix``."""
 
+    async def late(self, role: str, reason: str) -> None:
+        """A routed item came after its window closed without it: count it and send the
+        message that carried it to the DLQ with ``reason`` (it changes no window)."""
+
 
 _MAX_IDS = 512
 

@@ -78,6 +78,11 @@ class L3Windows:
             metrics.DUPLICATES.labels("l3").inc()
         else:
             metrics.LATE.labels("l3").inc()
+            await self.ctx.late(
+                "l3",
+                f"late: kernel window {m['w']} of {gk} rank {m['r']} closed without it (the"
+                f" scope's watermark passed it by {self.lateness} windows)",
+            )
         if closed:
             await self.on_closed(gk, st, closed)
 

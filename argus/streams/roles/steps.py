@@ -117,6 +117,7 @@ class _Tier:
     only (``seen``), so a restarted worker counts idleness from its own start.
     """
 
+    ctx: RoleContext
     lateness: int
     idle: float
     seen: dict[str, float]
@@ -150,10 +151,14 @@ class _Tier:
     ) -> None:  # pragma: no cover - each tier defines it
         raise NotImplementedError
 
-    @staticmethod
-    def _repeated(status: str) -> None:
-        """Count a report that was not new: ``"dup"`` (a replay) or ``"late"``."""
-        (metrics.DUPLICATES if status == "dup" else metrics.LATE).labels("steps").inc()
+    async def _repeated(self, status: str, why: str) -> None:
+        """A report that was not new: ``"dup"`` (a replay, counted) or ``"late"`` (counted
+        and sent to the DLQ with the reason ``why``)."""
+        if status == "dup":
+            metrics.DUPLICATES.labels("steps").inc()
+        else:
+            metrics.LATE.labels("steps").inc()
+            await self.ctx.late("steps", why)
 
     @staticmethod
     def _outcome(c: windows.ClosedStep) -> str:
@@ -266,7 +271,11 @@ class StepBlocks(_Tier):
                 scopes = m["w"] // self.routing.expected_size(m["c"], "dp")
                 st.setdefault("l3", {})[s] = max(scopes, st.get("l3", {}).get(s, 0))
         else:
-            self._repeated(status)
+            await self._repeated(
+                status,
+                f"late: step {m['s']} of {job} rank {m['r']} closed without it (its block's"
+                f" watermark passed it by {self.lateness} steps)",
+            )
         if closed:
             await self.close(key, st, closed)
 
@@ -392,7 +401,11 @@ class JobSteps(_Tier):
                 max(scopes, int(m.get("l3") or 0)),
             ]
         else:
-            self._repeated(status)
+            await self._repeated(
+                status,
+                f"late: step {m['s']} of {job} block {m['blk']} closed without its digest"
+                f" (the job's watermark passed it by {self.lateness} steps)",
+            )
         if closed:
             await self.close(job, st, closed)
 
