@@ -22,7 +22,6 @@ import asyncio
 import json
 import logging
 import time
-import zlib
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -34,6 +33,7 @@ from argus.schemas import Codec
 from argus.streams import metrics, recovery_seek
 from argus.streams.durable import CoalescingTable, DurableCommits, install
 from argus.streams.pipeline_config import PipelineConfig
+from argus.streams.roles.context import partition_of
 from argus.topics import topic_name
 
 __all__ = [
@@ -50,11 +50,6 @@ log = logging.getLogger("argus.streams")
 
 ROLES = ("compressor", "l1", "l2", "l3", "funnel", "stacks")
 TICK_KEY = b"\x00tick"
-
-
-def partition_of(key: str, partitions: int) -> int:
-    """Partition of a re-keyed record (stable across processes: CRC-32 of the key)."""
-    return zlib.crc32(key.encode()) % partitions
 
 
 @dataclass

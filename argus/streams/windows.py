@@ -8,20 +8,23 @@ window id). Nothing here reads a clock: lag, a crash or a restart may delay a cl
 change what closes with which sources.
 
 Each source's own records arrive in order (the raw topics are keyed by ``job/rank``, every
-hop after keeps a key's order), so its newest step is its **watermark**. A pending step
-``k`` closes
+hop after keeps a key's order), so its newest step is its **watermark**. The key's
+watermark is, per input partition (the Kafka partition a source's records arrive on), the
+upper median of its sources' watermarks, then the lowest over the partitions: a consumer
+catching up on one partition far ahead of another (a restart, a late start) holds it back,
+and no single source moves it. A pending step ``k`` closes
 
 * **complete**: every expected source reported ``k``;
 * **with skipped sources**: every expected source either reported ``k`` or has a newer
   step (it went past ``k`` without reporting it: that record was dropped upstream, a real
   ``missing_rank``);
-* **with stalled sources** (``timed_out``): the peers' watermark, the upper median of the
-  sources' newest steps, passed ``lateness`` newer steps than ``k`` (steps some source
-  reported: window ids may be sparse): the job went on without the sources that are not
-  accounted for (a rank that stopped reporting). Arrival skew
-  between sources within ``lateness`` steps changes nothing; a source further behind is
-  reported missing and its records for the closed step are ``late`` (counted, and sent to
-  the DLQ with the reason by the roles; they move no window).
+* **with stalled sources** (``timed_out``): the key's watermark passed ``lateness`` newer
+  steps than ``k`` (steps some source reported: window ids may be sparse): the job went on
+  without the sources that are not accounted for (a rank that stopped reporting). Arrival
+  skew between sources within ``lateness`` steps changes nothing; a source further behind
+  is reported missing and its records for the closed step are ``late`` (counted, and sent
+  to the DLQ with the reason by the roles; they move no window). A source alone on its
+  partition that stops holds the watermark back: its steps close only incomplete.
 
 Closability is monotone in the step (a source that reported ``k + 1`` passed ``k``), so steps
 close in order. Two bounds are not event time and say so: ``max_pending`` caps memory (the
@@ -72,6 +75,7 @@ class WindowState(TypedDict):
     closed: list[int]  # most recently closed steps, ascending, bounded
     newest: int  # newest step any source reported
     src: dict[str, int]  # source -> newest step it reported (its watermark)
+    part: dict[str, str]  # source -> the input partition it arrives on (absent: "0")
     late: int  # reports for steps already closed (counted, not used)
 
 
@@ -96,7 +100,7 @@ class ClosedStep:
 
 
 def new_state() -> WindowState:
-    return {"pending": {}, "closed": [], "newest": -1, "src": {}, "late": 0}
+    return {"pending": {}, "closed": [], "newest": -1, "src": {}, "part": {}, "late": 0}
 
 
 def add(
@@ -107,8 +111,10 @@ def add(
     expected: int,
     lateness: int = LATENESS_STEPS,
     max_pending: int = MAX_PENDING,
+    part: str = "0",
 ) -> tuple[Status, list[ClosedStep]]:
-    """Record that source ``rank`` reported ``step``; mutates ``state``.
+    """Record that source ``rank`` reported ``step`` (arriving on input partition ``part``);
+    mutates ``state``.
 
     Returns
     -------
@@ -135,6 +141,8 @@ def add(
     pend["got"].append(rank)
     pend["exp"] = max(int(pend["exp"]), int(expected))
     state["newest"] = max(int(state["newest"]), step)
+    if part != "0" or src in state.setdefault("part", {}):
+        state["part"][src] = part
     state["src"][src] = max(int(state["src"].get(src, -1)), step)
     return "new", _due(state, lateness, max_pending)
 
@@ -155,7 +163,7 @@ def _due(state: WindowState, lateness: int, max_pending: int) -> list[ClosedStep
     while len(order) > max_pending:
         out.append(_close(state, order.pop(0), timed_out=False, incomplete=True))
     newest = sorted(state["src"].values())
-    watermark = newest[len(newest) // 2] if newest else -1  # upper median of the sources
+    watermark = _watermark(state)
     steps = [int(k) for k in order]
     behind = bisect.bisect_right(steps, watermark)  # pending steps at or below the watermark
     for i, k in enumerate(order):
@@ -173,6 +181,19 @@ def _due(state: WindowState, lateness: int, max_pending: int) -> list[ClosedStep
         else:
             break  # monotone: a later step is not closable either
     return out
+
+
+def _watermark(state: WindowState) -> int:
+    """The key's watermark: per input partition the upper median of its sources' newest
+    steps, then the lowest partition's (a partition a consumer has not caught up on holds
+    it back; one source, fast or slow, never moves it)."""
+    parts = state.get("part") or {}
+    by_part: dict[str, list[int]] = {}
+    for s, n in state["src"].items():
+        by_part.setdefault(parts.get(s, "0"), []).append(int(n))
+    if not by_part:
+        return -1
+    return min(sorted(v)[len(v) // 2] for v in by_part.values())
 
 
 def _close(

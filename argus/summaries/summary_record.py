@@ -333,6 +333,10 @@ class KernelNames:
     def update(self, record: Mapping[str, Any]) -> None:
         self._names.update(names_from_summary(record))
 
+    def merge(self, names: Mapping[Any, str]) -> None:
+        """Add ``{kernel id: name}`` (ids as int or str, as JSON keeps them)."""
+        self._names.update({int(k): str(v) for k, v in names.items()})
+
     def update_many(self, records: Iterable[Mapping[str, Any]]) -> None:
         for r in records:
             self.update(r)

@@ -4,11 +4,11 @@ progress message announced have arrived; the grace period still bounds the wait.
 from __future__ import annotations
 
 import asyncio
-from types import SimpleNamespace
 from typing import Any
 
 from argus.detectors.config import DetectorsConfig
 from argus.detectors.findings import Finding, to_anomaly
+from argus.streams.memory import _MemoryCtx
 from argus.streams.pipeline_config import PipelineConfig
 from argus.streams.roles.funnel import _MAX_OPEN, Funnel
 
@@ -16,8 +16,7 @@ JOB = "job-a"
 
 
 def _funnel() -> Funnel:
-    ctx = SimpleNamespace(detectors=DetectorsConfig(), pcfg=PipelineConfig(funnel_grace_s=15.0))
-    return Funnel(ctx)  # type: ignore[arg-type]
+    return Funnel(_MemoryCtx(DetectorsConfig(), PipelineConfig(funnel_grace_s=15.0)))
 
 
 def _straggler(end_step: int) -> dict[str, Any]:
@@ -62,7 +61,7 @@ def _closed_with(announce: bool) -> tuple[int | None, int]:
     _run(fun.tick, (JOB, st, 1.5))
     closed = st["closed"]
     _run(fun.add, (JOB, st, anomaly, 2.0))  # the finding arrives one hop later
-    return closed, len(st["buckets"].get("1", []))
+    return closed, int(st["buckets"].get("1", 0))
 
 
 def test_an_announced_finding_holds_the_early_close() -> None:

@@ -114,7 +114,9 @@ def register_l3(ctx: Ctx) -> None:
         rec = ctx.codec.decode_as("kernel_summary", event.message.value)
         summary_columns(rec)  # validates the columns (cheap: no per-group objects)
         checker(ctx).kernel_summary(rec, event.message.value)
-        return list(route_summary(rec, event.message.value or b"", routing))
+        return list(
+            route_summary(rec, event.message.value or b"", routing, event.message.partition)
+        )
 
     route_batches(ctx, src, scopes, name="l3-router", role="l3", route=route)
     window_agent(ctx, scopes, name="l3-windows", role="l3", impl=L3Windows(ctx, routing, cells))

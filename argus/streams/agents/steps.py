@@ -37,7 +37,7 @@ def _register(ctx: Ctx, level: str) -> None:
             checker(ctx).step(rec, event.message.value, broker_s=event.message.timestamp)
             validate_step_record(rec)
             collector_metrics(rec["job"], rec)
-            return route_step(rec, block_ranks)
+            return route_step(rec, block_ranks, event.message.partition)
 
         route_batches(ctx, src, by_block, name="steps-router", role="steps", route=route)
         window_agent(ctx, by_block, name="steps-blocks", role="steps", impl=blocks)

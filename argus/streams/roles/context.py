@@ -10,6 +10,7 @@ what it produces to ``send_keyed`` (to another role) and ``emit`` (to an externa
 from __future__ import annotations
 
 import time
+import zlib
 from collections.abc import MutableMapping, Sequence
 from typing import Any, Protocol
 
@@ -19,7 +20,12 @@ from argus.schemas import Codec
 from argus.streams import metrics
 from argus.streams.pipeline_config import PipelineConfig
 
-__all__ = ["RoleContext", "emit_findings", "remember"]
+__all__ = ["RoleContext", "emit_findings", "partition_of", "remember"]
+
+
+def partition_of(key: str, partitions: int) -> int:
+    """Partition of a re-keyed record (stable across processes: CRC-32 of the key)."""
+    return zlib.crc32(key.encode()) % partitions
 
 
 class RoleContext(Protocol):

@@ -99,6 +99,10 @@ class Funnel:
         self.incarnation = ""  # the sending process's id, set by the driver (outbox entries)
         # called with (first step, last step, output) of each closed window (offline drivers)
         self.on_window: Callable[[int, int, funnel.FunnelOutput], None] | None = None
+        # the findings of each open window, under job|window (``buckets`` in the job's state
+        # counts them): under lag many windows wait for L3, and one state entry per job
+        # outgrew a 1 MB changelog record
+        self.buckets = ctx.table("funnel-buckets")
 
     def new(self, key: str) -> dict[str, Any]:
         return {
@@ -147,7 +151,9 @@ class Funnel:
         if st["closed"] is not None and k <= st["closed"]:
             metrics.LATE.labels("funnel").inc()
             k = st["closed"] + 1
-        st["buckets"].setdefault(str(k), []).append(m)
+        bucket = f"{job}|{k}"  # a table entry per window: a job's state stays small
+        self.buckets[bucket] = [*(self.buckets.get(bucket) or []), m]
+        st["buckets"][str(k)] = int(st["buckets"].get(str(k), 0)) + 1
 
     @staticmethod
     def _expect(st: dict[str, Any], m: dict[str, Any]) -> None:
@@ -192,7 +198,7 @@ class Funnel:
                 st["t_progress"] = now  # one window per idle period
             else:
                 break
-            await self._close(st, k)
+            await self._close(job, st, k)
             changed = True
         return changed
 
@@ -213,8 +219,11 @@ class Funnel:
         """Step findings up to step ``end`` announced by a progress message, not yet here."""
         return any(e <= end for e in st.get("expect", {}).values())
 
-    async def _close(self, st: dict[str, Any], k: int) -> None:
-        findings = [finding_from_anomaly(f) for f in st["buckets"].pop(str(k), [])]
+    async def _close(self, job: str, st: dict[str, Any], k: int) -> None:
+        held = self.buckets.get(f"{job}|{k}") if st["buckets"].pop(str(k), None) else None
+        if held is not None:
+            del self.buckets[f"{job}|{k}"]
+        findings = [finding_from_anomaly(f) for f in held or ()]
         st["passed"].pop(str(k), None)
         st.get("l3n", {}).pop(str(k), None)
         st["closed"] = k

@@ -17,16 +17,16 @@ from argus.detectors.l3_window import detect_window, table_from_summaries
 from argus.routing import Routing
 from argus.streams import metrics, windows
 from argus.streams.roles.context import RoleContext, emit_findings
-from argus.summaries.summary_record import KernelNames
+from argus.summaries.summary_record import KernelNames, names_from_summary
 
 __all__ = ["L3Windows", "route_summary"]
 
 
 def route_summary(
-    rec: Mapping[str, Any], value: bytes, routing: Routing
+    rec: Mapping[str, Any], value: bytes, routing: Routing, part: int = 0
 ) -> list[tuple[str, dict[str, Any]]]:
-    """The routed item of one ``kernel_summary`` (``value``: its encoded bytes):
-    ``[(job/dp/<scope group>, item)]``."""
+    """The routed item of one ``kernel_summary`` (``value``: its encoded bytes; ``part``: the
+    partition it came from): ``[(job/dp/<scope group>, item)]``."""
     sid = routing.group_for_kind(rec["coords"], "dp")
     return [
         (
@@ -36,6 +36,9 @@ def route_summary(
                 "w": rec["window_id"],
                 "exp": routing.expected_size(rec["coords"], "dp"),
                 "v": base64.b64encode(value).decode(),
+                "p": part,
+                # names this summary announces, kept by the scope (a restart needs them)
+                "n": {str(k): v for k, v in names_from_summary(rec).items()},
             },
         )
     ]
@@ -58,6 +61,7 @@ class L3Windows:
         self.routing = routing
         self.cells = cells
         self.names = KernelNames()
+        self.name_table = ctx.table("l3-names")  # scope -> {kernel id: name} announced
         self.block = ctx.pcfg.l3_windows
         self.progress = ctx.internal_topic("funnel-jobs")
         self.lateness = ctx.pcfg.l3_lateness_windows
@@ -70,8 +74,15 @@ class L3Windows:
     async def add(self, gk: str, st: dict[str, Any], m: dict[str, Any], now: float) -> None:
         self.seen[gk] = now
         status, closed = windows.add(
-            st["win"], step=m["w"], rank=m["r"], expected=m["exp"], lateness=self.lateness
+            st["win"],
+            step=m["w"],
+            rank=m["r"],
+            expected=m["exp"],
+            lateness=self.lateness,
+            part=str(m.get("p", 0)),
         )
+        if m.get("n"):
+            self._keep_names(gk, m["n"])
         if status == "new":
             self.cells[f"{gk}|{m['w']}|{m['r']}"] = m["v"]
         elif status == "dup":
@@ -85,6 +96,14 @@ class L3Windows:
             )
         if closed:
             await self.on_closed(gk, st, closed)
+
+    def _keep_names(self, gk: str, names: dict[str, str]) -> None:
+        """Kernel names announced to this scope, in a table: the compressor announces a
+        rank's names once (again every 32 windows), so a restarted worker must not lose
+        them with its memory."""
+        kept = self.name_table.get(gk) or {}
+        if any(kept.get(k) != v for k, v in names.items()):
+            self.name_table[gk] = {**kept, **names}
 
     async def tick(self, gk: str, st: dict[str, Any], now: float) -> bool:
         """The idle bound, the only processing-time rule: a scope without input in this
@@ -139,6 +158,8 @@ class L3Windows:
                 if v is not None:
                     records.append(self.ctx.codec.decode_as("kernel_summary", base64.b64decode(v)))
                     del self.cells[key]
+        if records:
+            self.names.merge(self.name_table.get(gk) or {})  # after a restart too
         sent = await self._judge(job, records, incomplete, st["emitted"]) if records else []
         # naming the findings just sent: they reach the funnel one hop later (anomalies)
         ids = {a["id"]: a["window_end_step"] for a in sent}

@@ -43,7 +43,7 @@ from argus.detectors.l2 import GroupWindow
 from argus.routing import DIMS, Routing, group_span, rank_of
 from argus.streams import metrics, windows
 from argus.streams.pipeline_config import PipelineConfig
-from argus.streams.roles.context import RoleContext, emit_findings
+from argus.streams.roles.context import RoleContext, emit_findings, partition_of
 from argus.streams.step_digest import (
     block_key,
     block_of,
@@ -126,11 +126,19 @@ class _Tier:
         return {"win": windows.new_state(), "agg": {}}
 
     def _window_add(
-        self, key: str, st: dict[str, Any], *, step: int, rank: int, expected: int, now: float
+        self,
+        key: str,
+        st: dict[str, Any],
+        *,
+        step: int,
+        rank: int,
+        expected: int,
+        now: float,
+        part: str,
     ) -> tuple[windows.Status, list[windows.ClosedStep]]:
         self.seen[key] = now
         return windows.add(
-            st["win"], step=step, rank=rank, expected=expected, lateness=self.lateness
+            st["win"], step=step, rank=rank, expected=expected, lateness=self.lateness, part=part
         )
 
     async def tick(self, key: str, st: dict[str, Any], now: float) -> bool:
@@ -261,6 +269,7 @@ class StepBlocks(_Tier):
             rank=m["r"],
             expected=block_size(m["w"], blk, self.block_ranks),
             now=now,
+            part=str(m.get("p", 0)),
         )
         if status == "new":
             if "l2" in self.levels:
@@ -290,7 +299,13 @@ class StepBlocks(_Tier):
             agg = st["agg"].pop(str(c.step), None)
             if agg is None:
                 continue
-            digest: dict[str, Any] = {"s": c.step, "blk": blk, "agg": agg, "got": list(c.ranks)}
+            digest: dict[str, Any] = {
+                "s": c.step,
+                "blk": blk,
+                "agg": agg,
+                "got": list(c.ranks),
+                "p": partition_of(key, self.ctx.pcfg.internal_partitions),  # of this block
+            }
             if c.incomplete:
                 digest["inc"] = True
             scopes = st.get("l3", {}).pop(str(c.step), 0)
@@ -385,6 +400,7 @@ class JobSteps(_Tier):
             rank=m["blk"],
             expected=blocks_in(world, self.block_ranks),
             now=now,
+            part=str(m.get("p", 0)),
         )
         if status == "new":
             self.l2.store(job, m["s"], m["blk"], m.get("gw") or [])
@@ -465,7 +481,7 @@ def _incomplete(f: Finding, step: int) -> Finding:
 
 
 def route_step(
-    rec: Mapping[str, Any], block_ranks: int = PipelineConfig.steps_block_ranks
+    rec: Mapping[str, Any], block_ranks: int = PipelineConfig.steps_block_ranks, part: int = 0
 ) -> list[tuple[str, Any]]:
     """The router's re-keyed item of one step record: ``[(job|b<block>, slim record)]``.
 
@@ -486,6 +502,7 @@ def route_step(
                     for p in rec["phases"]
                 ],
                 "k": bool((rec.get("collector") or {}).get("kernels", False)),
+                "p": part,  # the raw partition it came from (the windows' watermark)
             },
         )
     ]
