@@ -118,6 +118,15 @@ def ensure_topics(
         time.sleep(0.2)
 
 
+def partition_count(settings: Settings, name: str, *, timeout_s: float = 30.0) -> int | None:
+    """Partitions of topic ``name`` in the cluster metadata, or None when it is not there."""
+    admin, errors = checked_admin(settings)
+    md = list_topics(admin, errors, settings, timeout_s).topics.get(name)
+    if md is None or md.error is not None:
+        return None
+    return len(md.partitions)
+
+
 def delete_prefixed(settings: Settings, prefix: str, *, timeout_s: float = 30.0) -> list[str]:
     """Delete every topic of a run's prefix: its wire topics, the workers' re-key topics
     (``<prefix>.internal.*``) and their table changelogs (``<prefix>-<roles>-*``, the app

@@ -13,12 +13,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import time
 from collections import OrderedDict, defaultdict
 from typing import Any
 
 import faust
 
+from argus.kafka.admin import partition_count
 from argus.routing import Routing
 from argus.streams import metrics
 from argus.streams.app import Ctx, add_lag_gauge, guarded, route_batches, window_agent
@@ -61,6 +64,19 @@ def register_compressor(ctx: Ctx) -> None:
                 metrics.FIDELITY.labels(key[0]).set(rep.spearman_median)
                 metrics.FIDELITY_F1.labels(key[0]).set(rep.flag_agreement)
 
+    counts: list[int | None] = []  # partitions of summary.kernels, read once
+
+    async def same_partition(raw_partition: int) -> int | None:
+        """The raw partition's number on summary.kernels, when it has that many."""
+        if not counts:
+            read = functools.partial(partition_count, ctx.settings, ctx.topic("summary.kernels"))
+            try:
+                counts.append(await asyncio.get_running_loop().run_in_executor(None, read))
+            except Exception:  # metadata unreadable: hash the key, as before
+                counts.append(None)
+        n = counts[0]
+        return raw_partition if n is not None and raw_partition < n else None
+
     @ctx.app.agent(src, name="compressor")
     async def compressor(stream: faust.StreamT) -> None:
         async for event in stream.events():
@@ -83,7 +99,11 @@ def register_compressor(ctx: Ctx) -> None:
                     return
                 known.update(int(n["id"]) for n in rec["kernel_names"])
                 data = ctx.codec.encode("kernel_summary", rec)
-                await ctx.send(ctx.external("summary.kernels"), who.encode(), data)
+                # on the raw record's partition number: the summaries of one raw partition
+                # stay together, so L3's per-partition watermark sees the compressor's own
+                # catch-up skew between raw partitions (keys would hash them elsewhere)
+                part = await same_partition(event.message.partition)
+                await ctx.send(ctx.external("summary.kernels"), who.encode(), data, partition=part)
                 metrics.RECORDS_OUT.labels("compressor", "summary.kernels").inc()
                 metrics.COMPRESSION.labels(batch["job"]).set(len(raw) / max(len(data), 1))
                 w = int(batch["window_id"])
