@@ -124,6 +124,7 @@ def add(
     closed : the steps this report closed, in step order (see the module doc).
     """
     step, rank = int(step), int(rank)
+    state.setdefault("src", {})  # a state of the version before watermarks
     closed_steps = state["closed"]
     src = str(rank)
     if step in closed_steps or (len(closed_steps) >= _MAX_CLOSED and step < closed_steps[0]):
