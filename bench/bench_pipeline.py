@@ -4,11 +4,16 @@
    ends), the workers running as in production (step roles | kernel roles, two processes).
    Latency of a step = arrival of its L2 anomaly on ``argus.anomalies`` minus the moment the
    step's records were published (the collectors publish at step end). L3: arrival of an
-   L3 anomaly minus the publish time of the last step of its block.
+   L3 anomaly minus the publish time of the last step of its block. Also the funnel's
+   verdicts (when a funnel window closed, from its last step) and the alert's first trigger
+   on ``argus.alerts`` (from the culprit's first faulty step, and from the end of the window
+   that triggered it); ``--runs`` pools runs, ``--kernels off`` drops L3 (the funnel then
+   waits on the steps alone), ``--kernels both`` alternates run by run.
 2. **Sustained load** (``--load``): R ranks at 15 steps/min with 3,000 kernel events per
    rank-step for ``--minutes``; consumer lag sampled every 10 s must not grow.
 
     .venv/bin/python bench/bench_pipeline.py                      # latency, 64 ranks
+    .venv/bin/python bench/bench_pipeline.py --runs 4 --kernels both
     .venv/bin/python bench/bench_pipeline.py --load --ranks 1024 --minutes 5
 """
 
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -39,6 +45,7 @@ from _loadgen import (
 from argus.kafka.admin import delete_prefixed
 from argus.sim.simulate import SimRun, publish, simulate
 from argus.streams.local_run import Watcher, WorkerProcess
+from argus.streams.pipeline_config import PipelineConfig
 
 ENV = {
     "ARGUS_STREAMS__INTERNAL_PARTITIONS": "2",
@@ -52,22 +59,26 @@ def _pct(xs: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(xs), q)) if xs else float("nan")
 
 
-def latency(ranks: int, steps: int, rate: float) -> None:
+_STEPS = re.compile(r"; steps (\d+)-(\d+);")
+
+
+def _latency_run(ranks: int, steps: int, rate: float, kernels: bool) -> dict[str, Any]:
+    """One latency run on a fresh prefix; returns the samples (s) of :func:`latency`."""
     st = start_stack("bench", partitions=2, env=ENV, roles=SPLIT)
     s, prefix, workers = st.settings, st.prefix, st.workers
-    watch = Watcher(s, ["anomalies"], prefix=prefix)
-    arrivals: dict[str, float] = {}
+    w = PipelineConfig().funnel_window_steps
+    arrivals: dict[tuple[str, str], float] = {}
     lock = threading.Lock()
 
-    def on_record(_suffix: str, _key: str, rec: dict[str, Any]) -> None:
+    def on_record(suffix: str, _key: str, rec: dict[str, Any]) -> None:
         with lock:
-            arrivals.setdefault(rec["id"], time.time())
+            arrivals.setdefault((suffix, str(rec["id"])), time.time())
 
-    watch._on_record = on_record
+    watch = Watcher(s, ["anomalies", "alerts"], prefix=prefix, on_record=on_record)
     published: dict[int, float] = {}
+    run = SimRun.make("compute-straggler", ranks=ranks, steps=steps, seed=11, kernels=kernels)
     try:
         time.sleep(8)  # workers join their groups
-        run = SimRun.make("compute-straggler", ranks=ranks, steps=steps, seed=11)
         publish(
             simulate(run),
             s,
@@ -80,34 +91,89 @@ def latency(ranks: int, steps: int, rate: float) -> None:
         )
         time.sleep(25)
     finally:  # a failed run leaves no worker or topic behind
-        for w in workers:
-            w.stop()
+        for wp in workers:
+            wp.stop()
         watch.close()
         delete_prefixed(s, prefix)  # wire, re-key and changelog topics
-    l2, l3 = [], []
-    first: dict[tuple[str, int], float] = {}
+    out: dict[str, Any] = {"L2": [], "L3": [], "verdict": [], "alert_onset": [], "alert_window": []}
+    out["alerts"] = []
+    first: set[tuple[str, int]] = set()
     for rec in watch.get("anomalies"):
-        t = arrivals.get(rec["id"])
+        t = arrivals.get(("anomalies", str(rec["id"])))
         end = int(rec["window_end_step"])
-        if t is None or end not in published:
+        level = str(rec["level"])
+        if level == "funnel":  # a verdict: when its funnel window closed
+            end = (end // w + 1) * w - 1
+            level = "verdict"
+        if t is None or end not in published or (level, end) in first:
             continue
-        key = (rec["level"], end)
-        if key in first:
+        first.add((level, end))
+        if level in out:
+            out[level].append(t - published[end])
+    onset = int(run.truth.onset_step or 0)
+    seen: set[str] = set()
+    for rec in watch.get("alerts"):  # the first trigger of each dedup key
+        t = arrivals.get(("alerts", str(rec["id"])))
+        if rec["action"] != "trigger" or rec["dedup_key"] in seen or t is None:
             continue
-        first[key] = t
-        if rec["level"] == "L2":
-            l2.append(t - published[end])
-        elif rec["level"] == "L3":
-            l3.append(t - published[end])
+        seen.add(rec["dedup_key"])
+        m = _STEPS.search(str(rec["summary"]))
+        wend = (int(m.group(2)) // w + 1) * w - 1 if m else -1
+        out["alert_onset"].append(t - published[onset])
+        if wend in published:
+            out["alert_window"].append(t - published[wend])
+        span = f"{m.group(1)}-{m.group(2)}" if m else "?"
+        out["alerts"].append(f"{'+'.join(rec['levels'])} steps {span}")
+    return out
+
+
+def latency(
+    ranks: int, steps: int, rate: float, runs: int = 1, kernels: tuple[bool, ...] = (True,)
+) -> None:
+    """Detection and alert latency of a compute straggler published in real time.
+
+    Per level (L2, L3): arrival of a finding on ``argus.anomalies`` minus the publish of its
+    last step (L3: of its block), first finding per (level, last step). ``verdict``: the
+    funnel's verdict (level ``funnel``) of a window minus the publish of the window's last
+    step: when the funnel closed it. ``alert``: the first trigger on ``argus.alerts`` minus
+    the publish of the culprit's first faulty step (``onset``), and of the last step of the
+    funnel window that triggered it (``window``). ``runs`` runs on fresh prefixes, pooled;
+    with ``kernels=(True, False)`` each run is one with kernel batches then one without,
+    so both see the same machine load.
+    """
+    pooled: dict[bool, dict[str, list[float]]] = {k: {} for k in kernels}
+    run = SimRun.make("compute-straggler", ranks=ranks, steps=steps, seed=11)
     print(
-        f"latency, {ranks} ranks, {steps} steps at {rate:g} steps/s (compute-straggler from step {run.truth.onset_step})"
+        f"latency, {ranks} ranks, {steps} steps at {rate:g} steps/s (compute-straggler from step"
+        f" {run.truth.onset_step}), {runs} run(s) each",
+        flush=True,
     )
-    print(
-        f"  L2: n={len(l2)} p50={_pct(l2, 50):.2f} s p95={_pct(l2, 95):.2f} s max={max(l2, default=float('nan')):.2f} s"
-    )
-    print(
-        f"  L3: n={len(l3)} p50={_pct(l3, 50):.2f} s p95={_pct(l3, 95):.2f} s max={max(l3, default=float('nan')):.2f} s"
-    )
+    for i in range(runs):
+        for kern in kernels:
+            r = _latency_run(ranks, steps, rate, kern)
+            print(
+                f"  run {i + 1}, kernels {'on' if kern else 'off'}: "
+                + ", ".join(f"{k} {_fmt(v)}" for k, v in r.items() if k != "alerts"),
+                f"triggers {r['alerts']}",
+                flush=True,
+            )
+            for k, v in r.items():
+                if k != "alerts":
+                    pooled[kern].setdefault(k, []).extend(v)
+    for kern, by in pooled.items():
+        print(f" kernels {'on' if kern else 'off'}, pooled:")
+        for k, v in by.items():
+            print(
+                f"  {k}: n={len(v)} p50={_pct(v, 50):.2f} s p95={_pct(v, 95):.2f} s"
+                f" max={max(v, default=float('nan')):.2f} s"
+            )
+
+
+def _fmt(xs: list[float]) -> str:
+    """Up to 6 samples as they are (in arrival order: window by window), else p50 and p95."""
+    if len(xs) <= 6:
+        return "[" + " ".join(f"{x:.2f}" for x in xs) + "]"
+    return f"p50 {_pct(xs, 50):.2f} p95 {_pct(xs, 95):.2f} (n={len(xs)})"
 
 
 def _cpu_s(pid: int) -> float:
@@ -269,6 +335,14 @@ def main() -> None:
     ap.add_argument("--ranks", type=int, default=64)
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--rate", type=float, default=1.0, help="steps/s")
+    ap.add_argument("--runs", type=int, default=1, help="latency runs, pooled (fresh prefixes)")
+    ap.add_argument(
+        "--kernels",
+        choices=("on", "off", "both"),
+        default="on",
+        help="latency with kernel batches (on), without (off: no L3, the funnel waits on the"
+        " steps alone), or both, alternating run by run",
+    )
     ap.add_argument("--load", action="store_true", help="the sustained-load benchmark")
     ap.add_argument("--minutes", type=float, default=5.0)
     ap.add_argument("--events", type=int, default=3000, help="kernel events per rank-step (--load)")
@@ -304,7 +378,8 @@ def main() -> None:
             args.steps_workers,
         )
     else:
-        latency(args.ranks, args.steps, args.rate)
+        kern = {"on": (True,), "off": (False,), "both": (True, False)}[args.kernels]
+        latency(args.ranks, args.steps, args.rate, args.runs, kern)
 
 
 if __name__ == "__main__":
