@@ -24,7 +24,9 @@ and no single source moves it. A pending step ``k`` closes
   skew between sources within ``lateness`` steps changes nothing; a source further behind
   is reported missing and its records for the closed step are ``late`` (counted, and sent
   to the DLQ with the reason by the roles; they move no window). A source alone on its
-  partition that stops holds the watermark back: its steps close only incomplete.
+  partition that stops holds the watermark back: its steps close only incomplete. While
+  some expected source has not reported at all (a consumer that has not fetched its
+  partition yet), the lateness is 8 times longer.
 
 Closability is monotone in the step (a source that reported ``k + 1`` passed ``k``), so steps
 close in order. Two bounds are not event time and say so: ``max_pending`` caps memory (the
@@ -177,7 +179,10 @@ def _due(state: WindowState, lateness: int, max_pending: int) -> list[ClosedStep
             >= pend["exp"]
         ):
             out.append(_close(state, k, timed_out=False))
-        elif behind - i - 1 >= lateness:  # the watermark passed `lateness` newer steps
+        elif behind - i - 1 >= lateness * (1 if len(state["src"]) >= pend["exp"] else 8):
+            # the watermark passed `lateness` newer steps; while some expected source has
+            # not reported at all (its partition not fetched yet: a late start, a restart),
+            # 8 times that
             out.append(_close(state, k, timed_out=True))
         else:
             break  # monotone: a later step is not closable either

@@ -122,7 +122,9 @@ def test_sigkill_of_the_funnel_loses_and_repeats_nothing(
     print(f"chaos: job published at {t_pub:.0f} s, alerts settled at {t_settled:.0f} s")
     alerts = watch.get("alerts")
     triggers = [a for a in alerts if a["action"] == "trigger"]
-    assert len(triggers) >= 2 and set(run.truth.ranks) <= {r for a in triggers for r in a["ranks"]}
+    # the culprit is alerted (a second, spurious trigger on rank 4 went with the L2 gates of
+    # issue 18); lost or repeated records are the audit's, below
+    assert triggers and set(run.truth.ranks) <= {r for a in triggers for r in a["ranks"]}
     checked = audit(kafka, topic_prefix, alerts, watch.get("anomalies"))
     assert checked.ok, (seed, checked.repeated, checked.lost, checked.rule_breaks)
     assert "were sent before a restart; not sent again" in funnel_w.log_path.read_text(), (

@@ -100,21 +100,31 @@ def test_any_arrival_order_within_the_lateness_gives_the_same_windows(
 
 
 def test_a_record_beyond_the_lateness_is_late_and_moves_no_window() -> None:
-    """Rank 2 is 6 steps behind with lateness 4: steps 0-1 closed without it; its records
-    for them are ``late`` (the driver sends them to the DLQ), change no closed step, and a
-    replay of a record already taken is a ``dup``, not late."""
+    """Rank 2 reports step 0, then falls 5 steps behind with lateness 4: step 1 closes
+    without it; its record for it is ``late`` (the driver sends it to the DLQ) and changes
+    no closed step, and a replay of a record already taken is a ``dup``, not late."""
     s = windows.new_state()
-    closed: list[windows.ClosedStep] = []
+    closed = windows.add(s, step=0, rank=2, expected=3, lateness=4)[1]
     for step in range(6):
         for rank in (0, 1):
             closed += windows.add(s, step=step, rank=rank, expected=3, lateness=4)[1]
-    assert [(c.step, c.ranks, c.missing) for c in closed] == [(0, (0, 1), 1), (1, (0, 1), 1)]
-    assert windows.add(s, step=0, rank=2, expected=3, lateness=4) == ("late", [])
+    assert [(c.step, c.ranks, c.missing) for c in closed] == [(0, (0, 1, 2), 0), (1, (0, 1), 1)]
     assert windows.add(s, step=1, rank=2, expected=3, lateness=4) == ("late", [])
     assert windows.add(s, step=0, rank=0, expected=3, lateness=4) == ("dup", [])
     status, now_closed = windows.add(s, step=2, rank=2, expected=3, lateness=4)
     assert status == "new" and [(c.step, c.ranks) for c in now_closed] == [(2, (0, 1, 2))]
-    assert s["late"] == 2 and sorted(s["closed"]) == [0, 1, 2]
+    assert s["late"] == 1 and sorted(s["closed"]) == [0, 1, 2]
+
+
+def test_a_source_never_seen_waits_eight_times_the_lateness() -> None:
+    """A consumer that has not fetched a partition yet: its ranks have not reported at all,
+    and the others' steps wait 8 x lateness before naming them missing."""
+    s = windows.new_state()
+    closed: list[windows.ClosedStep] = []
+    for step in range(12):
+        closed += windows.add(s, step=step, rank=0, expected=2, lateness=1)[1]
+    assert [c.step for c in closed] == [0, 1, 2, 3]  # 8 newer steps passed each
+    assert all(c.timed_out and c.missing == 1 for c in closed)
 
 
 def test_the_steps_role_sends_late_records_to_the_dlq_with_the_reason() -> None:
@@ -130,7 +140,8 @@ def test_the_steps_role_sends_late_records_to_the_dlq_with_the_reason() -> None:
     recs = [r for t, _k, r in simulate(run) if t == "raw.steps"]
     ctx = _MemoryCtx(DetectorsConfig(), PipelineConfig(lateness_steps=3))
     blocks = StepBlocks(ctx, JobSteps(ctx).levels)
-    late = [r for r in recs if r["rank"] == 3]  # rank 3's records all come after the rest
+    # rank 3's records after its first come after all the rest
+    late = [r for r in recs if r["rank"] == 3 and r["step"] > 0]
     on_time = [r for r in recs if r not in late]
 
     async def go() -> None:
@@ -140,6 +151,6 @@ def test_the_steps_role_sends_late_records_to_the_dlq_with_the_reason() -> None:
                 await blocks.add(key, st.setdefault(key, blocks.new(key)), item, 0.0)
 
     asyncio.run(go())
-    # steps 0-8 closed without it (the watermark, step 11, passed them by 3 steps)
-    assert len(ctx.rejected) == 9
+    # steps 1-8 closed without it (the watermark, step 11, passed them by 3 steps)
+    assert len(ctx.rejected) == 8
     assert all(r.startswith("late: step ") and "rank 3" in r for r in ctx.rejected)
