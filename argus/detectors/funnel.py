@@ -118,12 +118,24 @@ def _rank_of_level(f: Finding) -> int:
 
 
 def _primary(findings: Sequence[Finding]) -> Finding:
-    """L2 compute > L2 late arrival > L3 > L1; then by margin."""
+    """L2 compute > L2 late arrival > L3 > L1; then by margin, then by how many times its
+    baseline it observed, then by name: never by arrival order (L2's exact tests give every
+    finding of a small group the same margin, and a culprit whose phase flipped between
+    windows with the order its findings came in never persisted)."""
 
-    def key(f: Finding) -> tuple[int, int, int, float]:
+    def key(f: Finding) -> tuple[int, int, int, float, float, str, str]:
         role = 0 if f.evidence.get("role") == "compute" else 1
         group = 0 if f.kind == "group_divergence" else 1
-        return (_rank_of_level(f), role, group, -f.margin)
+        ratio = abs(f.observed / f.baseline) if f.baseline else 0.0
+        return (
+            _rank_of_level(f),
+            role,
+            group,
+            -f.margin,
+            -ratio,
+            f.phase or "",
+            f.kernel or "",
+        )
 
     return min(findings, key=key)
 
