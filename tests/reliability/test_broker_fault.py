@@ -35,6 +35,20 @@ pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 STEPS, RATE, DOWN_AT = 60, 1.0, 12  # steps/s; the broker stops at this step
 
 
+def _restart(broker: LocalBroker, attempts: int = 3) -> bool:
+    """Start the stopped broker again. On a loaded 2-core host its JVM has exited during
+    start-up right after a stop (seen before and after the engine's changes); what this
+    test judges is the pipeline across the outage, so a failed start is retried."""
+    for i in range(attempts):
+        try:
+            return broker.up(timeout_s=120).running
+        except Exception:
+            if i == attempts - 1:
+                raise
+            time.sleep(5)
+    return False
+
+
 @pytest.fixture
 def private_broker(tmp_path: Path) -> Iterator[tuple[LocalBroker, Settings, dict[str, str]]]:
     with harness.private_broker(tmp_path) as (broker, settings, env):
@@ -75,7 +89,7 @@ def test_broker_restart_mid_job_loses_nothing_acknowledged(
         def stop_and_restart() -> None:  # beside the job: records keep coming meanwhile
             outage["stopped"] = broker.down()
             time.sleep(10)
-            outage["restarted"] = broker.up(timeout_s=120).running
+            outage["restarted"] = _restart(broker)
             outage["t_up"] = time.monotonic()
 
         fault = threading.Thread(target=stop_and_restart)
