@@ -129,7 +129,9 @@ def test_broker_restart_mid_job_loses_nothing_acknowledged(
                 and metric(kernels_w, "argus_records_in_total", role="compressor")
                 >= acked["raw.kernels"]
             ),
-            timeout_s=120,
+            # nothing acknowledged is lost; how fast it drains is not judged here (two
+            # clean-clone runs beside other heavy tests on 2 cores needed more than 120 s)
+            timeout_s=300,
         ), steps_w.log_tail() + kernels_w.log_tail()
         assert watch.wait_for(
             lambda w: any(
