@@ -25,7 +25,7 @@ from argus.detectors.funnel import Verdict
 from argus.detectors.inputs import job_series
 from argus.detectors.kernel_inputs import summary_groups
 from argus.errors import DetectorInputError
-from argus.streams.memory import run_engine
+from argus.streams.memory import batch_summaries, run_engine
 from argus.streams.pipeline_config import PipelineConfig
 from argus.streams.roles.funnel import finding_from_anomaly
 
@@ -128,25 +128,6 @@ def read_avro(path: str | Path) -> tuple[str, Iterator[dict[str, Any]]]:
             fh.close()
 
     return name, it()
-
-
-def batch_summaries(rec: Mapping[str, Any], kde_config: Any = None) -> dict[str, Any]:
-    """Compress one ``kernel_batch`` record into a ``kernel_summary`` record, like the
-    compressor agent (:func:`argus.summaries.summary_record.summarize_batch`).
-
-    Raises
-    ------
-    DetectorInputError
-        Inconsistent columns (the message says which).
-    """
-    from argus.summaries.summary_record import BatchError, summarize_batch
-
-    try:
-        return summarize_batch(rec, config=kde_config)  # None: the compressor's default
-    except BatchError as exc:
-        raise DetectorInputError(
-            f"kernel_batch {rec.get('job')}/{rec.get('rank')} window {rec.get('window_id')}: {exc}"
-        ) from exc
 
 
 def diagnose(

@@ -32,7 +32,7 @@ from argus.streams.roles.l3 import L3Windows, route_summary
 from argus.streams.roles.steps import JobSteps, StepBlocks, route_step
 from argus.summaries.summary_record import summarize_batch
 
-__all__ = ["EngineResult", "replay_stream", "run_engine"]
+__all__ = ["EngineResult", "batch_summaries", "replay_stream", "run_engine"]
 
 _IDLE_ROUNDS = 100_000  # funnel idle periods at most, at the end of the input
 
@@ -219,7 +219,7 @@ def run_engine(
     ``funnel=False`` stops at the L1-L3 findings.
     """
     ctx = _MemoryCtx(detectors or DetectorsConfig(), pcfg or PipelineConfig())
-    summaries = [_summarize(b) for b in kernel_batches] + [dict(s) for s in kernel_summaries]
+    summaries = [batch_summaries(b) for b in kernel_batches] + [dict(s) for s in kernel_summaries]
     eng = _Engine(ctx, funnel=funnel)
 
     async def go() -> None:
@@ -231,18 +231,23 @@ def run_engine(
     return EngineResult(ctx.anomalies, ctx.alerts, eng.windows)
 
 
-def _summarize(batch: Mapping[str, Any]) -> dict[str, Any]:
-    """The compressor's work on one ``kernel_batch``; a bad batch raises
-    :class:`~argus.errors.DetectorInputError` naming it."""
+def batch_summaries(rec: Mapping[str, Any], kde_config: Any = None) -> dict[str, Any]:
+    """Compress one ``kernel_batch`` record into a ``kernel_summary`` record, like the
+    compressor agent (:func:`argus.summaries.summary_record.summarize_batch`).
+
+    Raises
+    ------
+    DetectorInputError
+        Inconsistent columns (the message says which).
+    """
     from argus.errors import DetectorInputError
     from argus.summaries.summary_record import BatchError
 
     try:
-        return summarize_batch(batch)
+        return summarize_batch(rec, config=kde_config)  # None: the compressor's default
     except BatchError as exc:
         raise DetectorInputError(
-            f"kernel_batch {batch.get('job')}/{batch.get('rank')} window"
-            f" {batch.get('window_id')}: {exc}"
+            f"kernel_batch {rec.get('job')}/{rec.get('rank')} window {rec.get('window_id')}: {exc}"
         ) from exc
 
 
