@@ -13,6 +13,7 @@ from pathlib import Path
 
 from argus.detectors import funnel
 from argus.detectors.findings import Finding
+from argus.detectors.funnel.join import _coords, _peers
 from argus.routing import DEFAULT_GROUPS
 from argus.streams.roles.funnel import finding_from_anomaly
 from tests.detectors.findings_builders import l2, l3
@@ -112,7 +113,7 @@ def test_victims_a_window_after_their_straggler_do_not_page() -> None:
 
 def test_peers_share_a_comparison_group_of_a_default_kind() -> None:
     def peers(a: str, b: str) -> bool:
-        return funnel._peers(funnel._coords([a]), funnel._coords([b]), DEFAULT_GROUPS)
+        return _peers(_coords([a]), _coords([b]), DEFAULT_GROUPS)
 
     assert peers("pp2.tp0.ep3", "pp2.tp0.dp20")  # EDP and EP groups share a rank
     assert peers("pp2.tp0.ep3", "pp2.tp0.ep0")  # EP peers
@@ -121,5 +122,5 @@ def test_peers_share_a_comparison_group_of_a_default_kind() -> None:
     assert peers("pp2.tp0", "pp1.tp0")  # pipeline neighbours
     assert not peers("pp2.tp0.ep3", "pp1.tp1")
     assert not peers("pp2.tp0.dp1", "pp2.tp1.dp0")
-    assert funnel._coords(["pp2.tp0", "pp2.tp0.dp20", "g"]) == {"pp": 2, "tp": 0, "dp": 20}
-    assert funnel._coords(["all"]) == {}
+    assert _coords(["pp2.tp0", "pp2.tp0.dp20", "g"]) == {"pp": 2, "tp": 0, "dp": 20}
+    assert _coords(["all"]) == {}
