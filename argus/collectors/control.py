@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import threading
 import time
 import uuid
@@ -41,13 +42,43 @@ __all__ = [
     "addresses",
     "command_key",
     "make_command",
+    "parse_ranks",
 ]
 
 log = logging.getLogger("argus.collectors.control")
 
 CHANNELS = ("phases", "kernels", "stacks", "all")
 ACTIONS = ("enable", "disable", "set_rate", "drill_down")
+_MAX_RANKS = 1 << 20  # a longer rank list is a typo (and would fill memory)
 _FAMILY = {"enable": "switch", "disable": "switch", "set_rate": "rate", "drill_down": "drill"}
+
+
+def parse_ranks(text: str) -> tuple[int, ...]:
+    """Ranks of a list like ``3,5,8-11`` (sorted, unique).
+
+    Raises
+    ------
+    ValueError
+        Naming the bad part: an empty part, a non-integer, a negative rank, a reversed
+        range (``5-3``) or over 2**20 ranks. Never an empty result, which would address the whole job.
+    """
+    out: set[int] = set()
+    for raw in text.split(","):
+        part = raw.strip()
+        m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        if m is None:
+            raise ValueError(
+                f"rank list {text!r}: {part!r} is not a rank or a range LO-HI"
+                " of ranks >= 0 (e.g. 3,5,8-11)"
+            )
+        lo = int(m.group(1))
+        hi = int(m.group(2)) if m.group(2) is not None else lo
+        if hi < lo:
+            raise ValueError(f"rank list {text!r}: range {part!r} is reversed (write {hi}-{lo})")
+        if hi - lo >= _MAX_RANKS or len(out) + hi - lo >= _MAX_RANKS:
+            raise ValueError(f"rank list {text!r}: more than {_MAX_RANKS} ranks")
+        out.update(range(lo, hi + 1))
+    return tuple(sorted(out))
 
 
 def make_command(
@@ -68,8 +99,10 @@ def make_command(
     Raises
     ------
     ValueError
-        Unknown action or channel, a group kind without id (or the reverse), a ``set_rate``
-        without a positive value (kernels: at most 1), or a ``drill_down`` without ``until_ns``.
+        Unknown action or channel, a group kind without id (or the reverse), a negative
+        rank, a ``set_rate`` without a positive value (kernels: at most 1), or a
+        ``drill_down`` without ``until_ns``. (``ranks`` empty addresses every rank: parse
+        user input with :func:`parse_ranks`, which never returns an empty list.)
     """
     if action not in ACTIONS:
         raise ValueError(f"action must be one of {', '.join(ACTIONS)}, got {action!r}")
@@ -84,6 +117,8 @@ def make_command(
             raise ValueError(f"the kernel duty cycle is a fraction in (0, 1], got {value}")
         if channel in ("phases", "all"):
             raise ValueError("set_rate applies to the kernels or stacks channel")
+    if any(int(r) < 0 for r in ranks):
+        raise ValueError(f"ranks must be >= 0, got {sorted(int(r) for r in ranks if r < 0)}")
     if action == "drill_down" and until_ns is None:
         raise ValueError("drill_down needs until_ns (ns since epoch)")
     return {

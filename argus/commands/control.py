@@ -13,16 +13,16 @@ _CHANNELS = click.Choice(["phases", "kernels", "stacks", "all"])
 
 
 def _ranks(value: str | None) -> list[int]:
-    if not value:
+    """``--ranks`` parsed; None: every rank. A reversed or malformed list is an error, never
+    an empty list (which would address the whole job)."""
+    if value is None:
         return []
-    out: list[int] = []
-    for part in value.split(","):
-        lo, _, hi = part.partition("-")
-        try:
-            out.extend(range(int(lo), int(hi) + 1) if hi else [int(lo)])
-        except ValueError:
-            raise click.BadParameter(f"ranks look like 3,5,8-11; got {value!r}") from None
-    return sorted(set(out))
+    from argus.collectors.control import parse_ranks
+
+    try:
+        return list(parse_ranks(value))
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--ranks") from None
 
 
 def _target_options(f: Any) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 
@@ -133,3 +134,52 @@ def test_group_ids_match_the_detectors_naming() -> None:
     r = Routing.default()
     assert ids["dp"] == r.group_for_kind(coords, "dp") == "pp1.tp1"
     assert ids["tp"] == "pp1.dp0"
+
+
+# -- rank lists (issue 20: `--ranks 5-3` was accepted as [], i.e. the whole job) ------------
+
+
+def test_parse_ranks_accepts_lists_and_ranges() -> None:
+    from argus.collectors.control import parse_ranks
+
+    assert parse_ranks("3,5,8-11") == (3, 5, 8, 9, 10, 11)
+    assert parse_ranks(" 7 , 2-2,7") == (2, 7)
+
+
+@pytest.mark.parametrize(
+    ("text", "msg"),
+    [
+        ("5-3", "range '5-3' is reversed (write 3-5)"),
+        ("", "'' is not a rank"),
+        ("3,,4", "'' is not a rank"),
+        ("-3", "'-3' is not a rank"),
+        ("3--5", "'3--5' is not a rank"),
+        ("a-b", "'a-b' is not a rank"),
+        ("1-2-3", "'1-2-3' is not a rank"),
+        ("0-99999999", "more than"),
+    ],
+)
+def test_parse_ranks_rejects_reversed_and_malformed(text: str, msg: str) -> None:
+    from argus.collectors.control import parse_ranks
+
+    with pytest.raises(ValueError, match=re.escape(msg)):
+        parse_ranks(text)
+
+
+@pytest.mark.parametrize("ranks", ["5-3", "", "x"])
+def test_cli_rejects_a_bad_rank_list_before_sending(ranks: str) -> None:
+    """No broker is reachable here: a bad list must fail on the flag, not address the job."""
+    from argus.cli import cli
+
+    res = CliRunner().invoke(
+        cli,
+        ["control", "disable", "--job", "J", "--ranks", ranks],
+        env={"ARGUS_KAFKA_BOOTSTRAP": "127.0.0.1:1"},
+    )
+    assert res.exit_code == 2, res.output
+    assert "--ranks" in res.output and "rank list" in res.output
+
+
+def test_make_command_rejects_negative_ranks() -> None:
+    with pytest.raises(ValueError, match="ranks must be >= 0"):
+        make_command(job="j", action="disable", ranks=[-1])
