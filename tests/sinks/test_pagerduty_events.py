@@ -21,6 +21,7 @@ from argus.sinks.pagerduty.events import (
     encode_event,
     map_severity,
     pagerduty_dedup_key,
+    parse_retry_after,
     redact,
 )
 
@@ -243,8 +244,38 @@ def test_backoff_grows_caps_and_jitters() -> None:
     assert p.backoff_s(2, status=429) == 60.0
     assert p.backoff_s(1, status=500, u=0.0) == pytest.approx(0.8)
     assert p.backoff_s(1000, status=None) == 100.0  # no overflow
-    assert p.backoff_s(1, status=429, retry_after_s=45.0) == 45.0  # Retry-After is a floor
+    assert p.backoff_s(1, status=429, retry_after_s=45.0) == 45.0  # the server says when
     assert p.backoff_s(1, status=429, retry_after_s=10_000.0) == 100.0  # but capped
+
+
+def test_retry_after_replaces_the_schedule() -> None:
+    """Issue 20: `Retry-After: 3` after a 429 still waited 25 s (the 30 s 429 backoff with
+    jitter; Retry-After was only a floor)."""
+    p = RetryPolicy(rate_limited_backoff_s=30.0, jitter=0.2)
+    assert p.backoff_s(1, status=429, retry_after_s=3.0, u=0.0) == 3.0
+    assert p.backoff_s(3, status=503, retry_after_s=0.0) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("header", "now", "want"),
+    [
+        ("3", 0.0, 3.0),
+        (" 120 ", 0.0, 120.0),
+        ("-5", 0.0, 0.0),
+        ("Wed, 21 Oct 2026 07:28:03 GMT", 1792567680.0, 3.0),  # IMF-fixdate
+        ("Wednesday, 21-Oct-26 07:28:03 GMT", 1792567680.0, 3.0),  # RFC 850
+        ("Wed Oct 21 07:28:03 2026", 1792567680.0, 3.0),  # asctime
+        ("Wed, 21 Oct 2026 07:27:00 GMT", 1792567680.0, 0.0),  # in the past
+        ("soon", 0.0, None),
+        ("nan", 0.0, None),
+        ("", 0.0, None),
+        (None, 0.0, None),
+    ],
+)
+def test_parse_retry_after_seconds_and_http_dates(
+    header: str | None, now: float, want: float | None
+) -> None:
+    assert parse_retry_after(header, now) == want
 
 
 def test_gives_up_only_when_bounded() -> None:

@@ -107,6 +107,8 @@ class FakePagerDuty:
     def __init__(self) -> None:
         self.script: dict[str, list[int]] = {}
         self.always: dict[str, int] = {}
+        # dedup key -> Retry-After sent with a 429/503 (a callable: made when answering)
+        self.retry_after: dict[str, Any] = {}
         self.received: list[Received] = []
         self.lock = threading.Lock()
         fake = self
@@ -144,6 +146,9 @@ class FakePagerDuty:
                     reply = {"status": "throttled" if status == 429 else "error", "message": "x"}
                 data = json.dumps(reply).encode()
                 self.send_response(status)
+                if status in (429, 503) and dedup in fake.retry_after:
+                    ra = fake.retry_after[dedup]
+                    self.send_header("Retry-After", ra() if callable(ra) else ra)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
@@ -350,6 +355,38 @@ def test_trigger_resolve_dedup_retries_and_dlq(
 
     assert "job1/B" in caplog.text  # the log talks about alerts ...
     assert KEY not in caplog.text  # ... never about the routing key
+
+
+@pytest.mark.kafka
+def test_retry_after_is_honoured_in_seconds_and_as_a_date(
+    kafka: Settings, topic_prefix: str, pd: FakePagerDuty
+) -> None:
+    """Issue 20: `Retry-After: 3` still waited 25 s (the 429 backoff); now the server's
+    delay is the wait, given as seconds or as an HTTP-date."""
+    from email.utils import formatdate
+
+    s = dataclasses.replace(kafka, topic_prefix=topic_prefix)
+    codec = Codec()
+    alerts = topic_name("alerts", topic_prefix)
+    pd.script = {"job1/S": [429], "job1/D": [503]}
+    pd.retry_after = {"job1/S": "1", "job1/D": lambda: formatdate(time.time() + 3, usegmt=True)}
+    produce(s, alerts, [codec.encode("alert", make_alert(k)) for k in ("job1/S", "job1/D")])
+    # the schedule alone would wait 25-30 s after the 429 and 20-25 s after the 503
+    cfg = sink_config(s, pd.url, rate_limited_backoff_s=30.0, initial_backoff_s=25.0, jitter=0.2)
+    t, stop, _stats, errors = run_in_thread(s, cfg, max_messages=2)
+    t.join(60)
+    stop.set()
+    assert not t.is_alive() and not errors, (pd.seen(), errors)
+    assert pd.seen() == [
+        ("trigger", "job1/S", 429),
+        ("trigger", "job1/S", 202),
+        ("trigger", "job1/D", 503),
+        ("trigger", "job1/D", 202),
+    ]
+    at = [r.at_s for r in pd.received]
+    assert 0.9 <= at[1] - at[0] < 5.0, at[1] - at[0]  # Retry-After: 1
+    # the date has 1 s resolution: 2..3 s from the 503, well below the 20 s schedule
+    assert 1.0 <= at[3] - at[2] < 6.0, at[3] - at[2]
 
 
 @pytest.mark.kafka

@@ -31,6 +31,7 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 from argus.errors import ArgusError
@@ -50,6 +51,7 @@ __all__ = [
     "encode_event",
     "map_severity",
     "pagerduty_dedup_key",
+    "parse_retry_after",
     "redact",
 ]
 
@@ -342,6 +344,35 @@ class RateLimiter:
 # -- responses and retries ---------------------------------------------------------------------
 
 
+def parse_retry_after(value: str | None, now_s: float) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header (RFC 9110 10.2.3): delay-seconds
+    (``"3"``) or an HTTP-date (``"Wed, 21 Oct 2026 07:28:00 GMT"``), relative to ``now_s``
+    (s since the epoch). None when absent or unreadable (the backoff schedule applies);
+    a date in the past is 0.
+
+    Examples
+    --------
+    >>> parse_retry_after("3", 0.0)
+    3.0
+    >>> parse_retry_after("Thu, 01 Jan 1970 00:00:10 GMT", 4.0)
+    6.0
+    """
+    if value is None or not value.strip():
+        return None
+    text = value.strip()
+    try:
+        secs = float(text)
+    except ValueError:
+        try:
+            when = parsedate_to_datetime(text)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:  # RFC 850 / asctime forms: GMT by definition
+            when = when.replace(tzinfo=UTC)
+        return max(0.0, when.timestamp() - now_s)
+    return max(0.0, secs) if math.isfinite(secs) else None
+
+
 class Disposition(enum.Enum):
     """What the sink does with a response."""
 
@@ -414,17 +445,17 @@ class RetryPolicy:
         """Seconds to wait after the ``attempt``-th failed send (1-based).
 
         ``u`` in ``[0, 1]`` is the caller's random draw (1.0: no jitter). A ``Retry-After``
-        from the server is a floor.
+        from the server (s, see :func:`parse_retry_after`) replaces the schedule: the server
+        said when to come back (capped at ``max_backoff_s``; jitter none).
         """
         if attempt < 1:
             raise ValueError(f"attempt is 1-based, got {attempt}")
+        if retry_after_s is not None and math.isfinite(retry_after_s):
+            return min(max(retry_after_s, 0.0), self.max_backoff_s)
         first = self.rate_limited_backoff_s if status == 429 else self.initial_backoff_s
         exp = min(attempt - 1, 64)
         base = min(self.max_backoff_s, first * math.pow(self.multiplier, exp))
-        wait = base * (1.0 - self.jitter * (1.0 - min(max(u, 0.0), 1.0)))
-        if retry_after_s is not None and retry_after_s > wait:
-            wait = min(retry_after_s, max(self.max_backoff_s, wait))
-        return wait
+        return base * (1.0 - self.jitter * (1.0 - min(max(u, 0.0), 1.0)))
 
     def gives_up(self, attempt: int) -> bool:
         """True when ``attempt`` failed sends exhaust the policy."""

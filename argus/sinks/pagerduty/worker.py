@@ -70,6 +70,7 @@ from argus.sinks.pagerduty.events import (
     RetryPolicy,
     build_event,
     encode_event,
+    parse_retry_after,
     redact,
 )
 from argus.topics import topic_name
@@ -241,12 +242,8 @@ PostFn = Callable[[str, bytes, float], HttpResult]
 
 
 def _retry_after(value: str | None) -> float | None:
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        return None  # an HTTP date; the backoff schedule applies
+    """``Retry-After`` in s from now (seconds or an HTTP-date), None without one."""
+    return parse_retry_after(value, time.time())
 
 
 def post_json(url: str, body: bytes, timeout_s: float) -> HttpResult:
