@@ -42,6 +42,7 @@ __all__ = [
     "publish_findings",
     "read_range",
     "replay",
+    "why_empty",
 ]
 
 Progress = Callable[[str, int, int], None]
@@ -264,6 +265,28 @@ def read_range(
     return out
 
 
+def why_empty(
+    settings: Any,
+    topic: str,
+    job: str,
+    tr: TimeRange,
+    *,
+    lag_ns: int | None = None,
+    ranks: Iterable[int] | None = None,
+) -> str:
+    """Which of time range, prefix or lag limit left a read of ``job`` on ``topic`` empty,
+    and the job's own range there (:func:`argus.drill.read.explain`); never raises."""
+    from argus.drill.read import explain
+
+    try:
+        return explain(
+            settings, topic, job, tr.start_ns, tr.end_ns, lag_ns=lag_ns,
+            ranks=None if ranks is None else list(ranks),
+        )  # fmt: skip
+    except Exception as exc:  # an explanation must not hide the empty read itself
+        return f"(could not say why: {exc})"
+
+
 def align_steps(steps: list[dict[str, Any]], window_steps: int) -> list[dict[str, Any]]:
     """Drop the leading partial window so windows start at multiples of ``window_steps``.
 
@@ -350,7 +373,10 @@ def replay(
     # records keep their offset order, which is their partition's)
     steps.sort(key=lambda r: (int(r["step"]), int(r["rank"])))
     if not steps:
-        raise ReplayError(f"no step records of job {job!r} in {t['raw.steps']} for that range")
+        raise ReplayError(
+            f"no step records of job {job!r} in {t['raw.steps']} for that range: "
+            + why_empty(settings, t["raw.steps"], job, tr, lag_ns=lag_ns)
+        )
     lo = min(int(r["step"]) for r in steps)
     hi = max(int(r["step"]) for r in steps)
 

@@ -146,6 +146,7 @@ def svg_heatmap(
     out = [
         f'<svg class="chart heatmap" width="{w}" height="{h}" xmlns="http://www.w3.org/2000/svg">'
     ]
+    outlines: list[str] = []
     for i in range(r):
         for j in range(c):
             v = a[i, j]
@@ -154,13 +155,22 @@ def svg_heatmap(
                 f'fill="{_color((v - lo) / span)}"><title>{_e(rows[i])} {_e(cols[j])}: '
                 f"{v:.3f} {unit}</title></rect>"
             )
-        weight = "bold" if i in highlight_rows else "normal"
-        fill = "#c00" if i in highlight_rows else "#000"
-        if ch >= 8 or i in highlight_rows:
+        hot = i in highlight_rows
+        weight = "bold" if hot else "normal"
+        fill = "#c00" if hot else "#000"
+        if hot:
+            outlines.append(
+                f'<rect class="culprit-row" x="{ml - 1}" y="{mt + i * ch}" width="{c * cw + 2}" '
+                f'height="{ch}" fill="none" stroke="#e00" stroke-width="2"/>'
+            )
+        if ch >= 8 or hot:
+            mark = "&#9654; " if hot else ""
             out.append(
                 f'<text x="{ml - 4}" y="{mt + i * ch + ch / 2 + 4:.1f}" text-anchor="end" '
-                f'font-size="{min(11, ch + 1)}" font-weight="{weight}" fill="{fill}">{_e(rows[i])}</text>'
+                f'font-size="{min(11, ch + 1)}" font-weight="{weight}" fill="{fill}">'
+                f"{mark}{_e(rows[i])}</text>"
             )
+    out.extend(outlines)
     step = max(1, c // 12)
     for j in range(0, c, step):
         out.append(
@@ -251,6 +261,11 @@ class ReportData:
     verdicts: list[dict[str, Any]] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    headline: dict[str, str] = field(default_factory=dict)
+    """The top verdict: ``what``, ``where``, ``since``, ``how_much``, ``evidence``,
+    ``dedup_key``, ``drill`` (commands); empty when the funnel is silent."""
+    marked_ranks: list[int] = field(default_factory=list)
+    """Ranks the heatmap marks as the culprit's (its ranks, or its group's members)."""
 
 
 def _kernel_durations(
@@ -303,6 +318,170 @@ def _summary_quantiles(
     return {r: q[i] / 1e6 for i, r in enumerate(ranks)}
 
 
+def _primary_verdict(verdicts: Sequence[Any], focus: str | None) -> Any:
+    """The verdict the page leads with: the one ``focus`` names (dedup key, verdict id or
+    one of its findings' ids), else the most levels, then confidence, then persistence."""
+    if focus:
+        for v in verdicts:
+            ids = {v.to_anomaly()["id"], *(f.id for f in v.culprit.findings)}
+            if focus in (v.dedup_key, *ids):
+                return v
+        return None
+    if not verdicts:
+        return None
+    return max(
+        verdicts,
+        key=lambda v: (len(v.culprit.levels), v.confidence, v.persistence, v.dedup_key),
+    )
+
+
+def _ranges(ranks: Sequence[int]) -> str:
+    """``[1, 2, 3, 7]`` -> ``"1-3, 7"``."""
+    rs = sorted(set(int(r) for r in ranks))
+    out: list[str] = []
+    i = 0
+    while i < len(rs):
+        j = i
+        while j + 1 < len(rs) and rs[j + 1] == rs[j] + 1:
+            j += 1
+        out.append(str(rs[i]) if i == j else f"{rs[i]}-{rs[j]}")
+        i = j + 1
+    return ", ".join(out)
+
+
+def _culprit_heat(
+    v: Any, gws: Sequence[Any], max_ranks: int
+) -> tuple[np.ndarray, list[int], list[int], str, list[int], float | None] | None:
+    """The culprit's own group drawn: ``(matrix ms (R, S), ranks, steps, title, marked
+    ranks, marked/peer median ratio)``; None when its group is not among ``gws``.
+
+    A rank culprit: its group's ranks, the culprit's phase (else the phase where its ranks
+    are slowest relative to the group). A group culprit: its members (all marked) and the
+    ranks of the sibling groups of the same kind, the phase where the group is slowest
+    relative to them.
+    """
+    c = v.culprit
+    kin = [g for g in gws if g.group_kind == c.group_kind]
+    own = next((g for g in kin if g.group_id == c.group_id), None)
+    if own is None:
+        return None
+    marked = [int(r) for r in c.ranks] or [int(r) for r in own.ranks]
+    groups = [own] if c.ranks else [own, *[g for g in kin if g is not own]]
+    rows: dict[int, dict[int, dict[str, float]]] = {}
+    for g in groups:
+        for i, r in enumerate(g.ranks):
+            row = rows.setdefault(int(r), {})
+            for j, st in enumerate(g.steps):
+                cell = row.setdefault(int(st), {})
+                for k, ph in enumerate(g.phases):
+                    cell[ph] = float(g.durations_ns[i, j, k])
+    phases = sorted({ph for g in groups for ph in g.phases})
+    peers = [r for r in rows if r not in marked]
+
+    def med(ranks: Sequence[int], ph: str) -> float:
+        xs = [
+            x for r in ranks for cell in rows[r].values() if np.isfinite(x := cell.get(ph, np.nan))
+        ]
+        return float(np.median(xs)) if xs else float("nan")
+
+    ratios = {ph: med(marked, ph) / med(peers, ph) if peers else float("nan") for ph in phases}
+    if c.phase in phases:
+        ph = str(c.phase)
+    else:
+        ok = {p: r for p, r in ratios.items() if np.isfinite(r)}
+        if not ok:
+            return None
+        ph = max(ok, key=lambda p: (ok[p], p))
+    ranks = sorted(rows)
+    if len(ranks) > max_ranks:
+        keep = [r for r in ranks if r in marked][:max_ranks]
+        keep += [r for r in ranks if r not in marked][: max_ranks - len(keep)]
+        ranks = sorted(keep)
+    steps = sorted({st for r in ranks for st in rows[r]})
+    m = np.array(
+        [[rows[r].get(st, {}).get(ph, np.nan) / 1e6 for st in steps] for r in ranks], dtype=float
+    )
+    title = f"phase {ph} in {c.group_kind} group {c.group_id}"
+    if not c.ranks:
+        title += f" (all {len(marked)} members marked) vs the other {c.group_kind} groups"
+    ratio = ratios.get(ph)
+    return (
+        m,
+        ranks,
+        steps,
+        title,
+        marked,
+        (ratio if ratio is not None and np.isfinite(ratio) else None),
+    )
+
+
+def _headline(
+    v: Any,
+    result: DiagnoseResult,
+    steps: Sequence[Mapping[str, Any]],
+    marked: Sequence[int],
+    heat_title: str,
+    ratio: float | None,
+) -> dict[str, str]:
+    """The verdict at the top of the page: what, where, since when (ISO), how much slower."""
+    from argus.drill.window import iso
+
+    c = v.culprit
+    p = c.primary
+    ranks = list(c.ranks) or list(marked)
+    hosts = sorted({str(r.get("host", "")) for r in steps if int(r["rank"]) in set(ranks)} - {""})
+    what = {
+        "straggler": f"straggler in phase {c.phase}",
+        "kernel_divergence": f"kernel {c.kernels[0] if c.kernels else p.kernel} diverged",
+        "group_divergence": f"kernel {p.kernel} slow for the whole {c.group_kind} group",
+        "regression": "iteration time regressed",
+        "jitter": "iteration-time spikes",
+    }.get(p.kind, p.kind)
+    if c.kernels and p.kind == "straggler":
+        what += f" (kernels {', '.join(c.kernels[:3])})"
+    who = f"ranks {_ranges(ranks)}" if ranks else "the whole job"
+    where = (
+        f"{who} in {c.group_kind} group {c.group_id}"
+        if c.ranks
+        else f"{c.group_kind} group {c.group_id}: members {who}"
+    )
+    if hosts:
+        where += f"; hosts {', '.join(hosts[:8])}" + (" ..." if len(hosts) > 8 else "")
+    since_ns = min(
+        [int(x.first_seen_ns) for x in result.verdicts if x.dedup_key == v.dedup_key]
+        + [int(v.first_seen_ns)]
+    )
+    much = []
+    if p.baseline > 0 and p.observed > 0 and p.unit:
+        much.append(
+            f"{p.observed / p.baseline:.1f}x: {p.observed:.3g} {p.unit} vs {p.baseline:.3g} "
+            f"{p.unit} ({p.level} {p.kind})"
+        )
+    if ratio is not None:
+        much.append(f"{ratio:.1f}x the peers' median in {heat_title.split(' in ')[0]}")
+    key = v.dedup_key
+    return {
+        "what": what,
+        "where": where,
+        "ranks": ",".join(map(str, ranks)),
+        "since": f"{iso(since_ns)} (latest flagged window: steps {c.window_start_step}-{c.window_end_step})",
+        "how_much": "; ".join(much) or "n/a",
+        "evidence": (
+            f"levels {'+'.join(c.levels)}, persistence {v.persistence}, confidence "
+            f"{v.confidence:.2f}"
+        ),
+        "dedup_key": key,
+        "drill": "\n".join(
+            f"argus {cmd} --around '{key}'" + extra
+            for cmd, extra in (
+                ("trace", " -o culprit.pftrace"),
+                ("stacks", ""),
+                ("replay", ""),
+            )
+        ),
+    }
+
+
 def report_data(
     steps: Sequence[Mapping[str, Any]],
     result: DiagnoseResult,
@@ -311,17 +490,22 @@ def report_data(
     kernel_summaries: Sequence[Mapping[str, Any]] = (),
     config: DetectorsConfig | None = None,
     max_ranks: int = 64,
+    focus: str | None = None,
+    strict_focus: bool = True,
 ) -> ReportData:
     """Chart inputs from the step records, the kernel records and their diagnosis.
 
     The W1 matrix and kernel CDFs use the raw kernel durations when ``kernel_batches`` hold
     the flagged kernel, else the distributions reconstructed from ``kernel_summaries``
     (:func:`argus.summaries.lognormal.quantile_matrix` on L3's probability grid, what L3 saw).
+    ``focus`` (a dedup key or finding id) picks the verdict shown at the top and drawn; by
+    default the verdict with the most levels, then confidence, then persistence. A ``focus``
+    that matches nothing raises with ``strict_focus``, else the page notes it.
 
     Raises
     ------
     ReportError
-        No step records.
+        No step records, or ``focus`` matches no verdict.
     """
     from argus.detectors.inputs import group_windows, job_series
     from argus.detectors.l3 import pairwise_w1
@@ -337,37 +521,25 @@ def report_data(
     d.verdicts = [{**v.to_anomaly(), "levels": "+".join(v.culprit.levels)} for v in result.verdicts]
     for f in result.findings:
         d.counts[f.level] = d.counts.get(f.level, 0) + 1
-    # heatmap: the culprit's group and phase (L2), else the group/phase with the largest spread
+    # heatmap: the top culprit's own group (and, for a group culprit, its sibling groups of
+    # the same kind), its phase, its ranks marked; else the group/phase with the largest spread
     gws = group_windows(steps, Routing.from_config(cfg.routing), job=result.job)
-    l2 = [f for f in result.findings if f.level == "L2" and f.phase]
-    target = None
-    if l2:
-        top = max(l2, key=lambda f: f.margin)
-        for v in result.verdicts:
-            c = v.culprit
-            hit = [f for f in c.findings if f.level == "L2" and f.phase]
-            hit.sort(
-                key=lambda f: (
-                    f.phase != c.phase,
-                    (f.group_kind, f.group_id) != (c.group_kind, c.group_id),
-                )
-            )
-            if hit:
-                top = hit[0]
-                break
-        target = next(
-            (
-                (g, g.phases.index(top.phase))
-                for g in gws
-                if g.group_kind == top.group_kind
-                and g.group_id == top.group_id
-                and top.phase in g.phases
-            ),
-            None,
-        )
-        d.culprit_ranks = list(top.ranks)
-    if target is None and gws:
+    primary = _primary_verdict(result.verdicts, focus)
+    if focus and primary is None:
+        keys = ", ".join(v.dedup_key for v in result.verdicts[:8]) or "none"
+        msg = f"--around {focus!r}: no verdict or finding with it here (verdicts: {keys})"
+        if strict_focus:
+            raise ReportError(msg)
+        d.notes.append(msg + "; showing the strongest verdict instead.")
+        primary = _primary_verdict(result.verdicts, None)
+    drawn = _culprit_heat(primary, gws, max_ranks) if primary is not None else None
+    if drawn is not None:
+        d.heat, d.heat_ranks, d.heat_steps, d.heat_title, d.marked_ranks, ratio = drawn
+        d.culprit_ranks = list(d.marked_ranks)
+    else:
+        ratio = None
         best = -1.0
+        target = None
         for g in gws:
             for p in range(len(g.phases)):
                 x = g.durations_ns[:, :, p]
@@ -377,23 +549,29 @@ def report_data(
                     )
                     if spread > best:
                         best, target = spread, (g, p)
-    if target is not None:
-        g, p = target
-        keep = np.arange(len(g.ranks))[:max_ranks]
-        d.heat = g.durations_ns[keep, :, p] / 1e6
-        d.heat_ranks = [int(r) for r in g.ranks[keep]]
-        d.heat_steps = [int(s) for s in g.steps]
-        d.heat_title = f"phase {g.phases[p]} in {g.group_kind} group {g.group_id}"
+        if target is not None:
+            g, p = target
+            keep = np.arange(len(g.ranks))[:max_ranks]
+            d.heat = g.durations_ns[keep, :, p] / 1e6
+            d.heat_ranks = [int(r) for r in g.ranks[keep]]
+            d.heat_steps = [int(s) for s in g.steps]
+            d.heat_title = f"phase {g.phases[p]} in {g.group_kind} group {g.group_id}"
+    if primary is not None:
+        d.headline = _headline(primary, result, steps, d.marked_ranks, d.heat_title, ratio)
     # W1 matrix + CDF: the flagged kernel (L3), else the flagged phase's durations
     l3 = [f for f in result.findings if f.level == "L3" and f.kernel]
     culprit_l3: list[Any] = []
-    for v in result.verdicts:
+    ordered = ([primary] if primary is not None else []) + [
+        v for v in result.verdicts if v is not primary
+    ]
+    for v in ordered:
         ks = list(v.culprit.kernels)
         mine = [x for x in v.culprit.findings if x.level == "L3" and x.kernel]
         culprit_l3 += sorted(mine, key=lambda x: ks.index(x.kernel) if x.kernel in ks else len(ks))
     l3 = [x for x in culprit_l3 if x.kernel] + l3
     if l3:
-        f = next((x for x in l3 if x.ranks), l3[0])
+        own = [x for x in culprit_l3 if primary is not None and x in primary.culprit.findings]
+        f = own[0] if own else next((x for x in l3 if x.ranks), l3[0])
         dur = _kernel_durations(
             kernel_batches, str(f.kernel), f.stream, f.window_start_step, f.window_end_step
         )
@@ -408,10 +586,15 @@ def report_data(
             )  # fmt: skip
             source = "reconstructed from kernel summaries"
         members = dict(dur)
-        if grp is not None and len(set(grp.ranks.tolist()) & set(members)) >= 2:
+        group_culprit = not f.ranks and grp is not None
+        if (
+            not group_culprit
+            and grp is not None
+            and len(set(grp.ranks.tolist()) & set(members)) >= 2
+        ):
             members = {r: v for r, v in members.items() if r in set(grp.ranks.tolist())}
         if len(members) > max_ranks:
-            flagged = set(f.ranks)
+            flagged = set(f.ranks) or (set(grp.ranks.tolist()) if grp is not None else set())
             chosen = [r for r in members if r in flagged]
             chosen += [r for r in members if r not in flagged][: max_ranks - len(chosen)]
             members = {r: members[r] for r in sorted(chosen)}
@@ -425,9 +608,16 @@ def report_data(
                 f"{source}"
             )
             d.cdf = {f"rank {r}": v for r, v in members.items()}
-            hot = list(f.ranks) or [int(max(members, key=lambda r: float(np.median(members[r]))))]
+            hot = list(f.ranks) or (
+                [int(r) for r in grp.ranks if int(r) in members] if group_culprit and grp else []
+            )
+            hot = hot or [int(max(members, key=lambda r: float(np.median(members[r]))))]
             d.cdf_highlight = [f"rank {r}" for r in hot]
-            d.cdf_title = f"{f.kernel} durations (ms), straggler vs peers"
+            d.cdf_title = (
+                f"{f.kernel} durations (ms), {f.group_kind} group {f.group_id} vs other groups"
+                if group_culprit
+                else f"{f.kernel} durations (ms), straggler vs peers"
+            )
         else:
             d.notes.append(
                 f"L3 flagged {f.kernel}, but its raw kernel timings are not in the input "
@@ -448,7 +638,34 @@ h1{font-size:22px;margin:0 0 4px} h2{font-size:17px;margin:28px 0 8px;border-bot
 .meta{color:#666;font-size:13px} table{border-collapse:collapse;font-size:13px}
 td,th{border:1px solid #ccc;padding:3px 8px;text-align:left} th{background:#f3f3f3}
 .note{color:#a60;font-size:13px} .none{color:#2a2;font-size:14px}
+.verdict{border:2px solid #c00;background:#fff4f4;padding:8px 12px;margin:10px 0;max-width:1180px}
+.verdict h2{margin:0 0 6px;border:none;color:#c00} .verdict th{width:140px}
+.verdict.none{border-color:#2a2;background:#f4fff4;color:#2a2}
+pre.drill{background:#f6f6f6;padding:6px;font-size:12px;margin:8px 0 0}
 """
+
+
+def _verdict_html(d: ReportData) -> str:
+    """The verdict box at the top of the page (what, where, since, how much, drill-down)."""
+    h = d.headline
+    if not h:
+        return (
+            "<section id='verdict' class='verdict none'>The funnel is silent: no culprit.</section>"
+        )
+    rows = [
+        ("what", h["what"]),
+        ("where", h["where"]),
+        ("since", h["since"]),
+        ("how much slower", h["how_much"]),
+        ("evidence", h["evidence"]),
+        ("dedup key", h["dedup_key"]),
+    ]
+    body = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows)
+    return (
+        f"<section id='verdict' class='verdict' data-ranks='{_e(h['ranks'])}'>"
+        f"<h2>Verdict</h2><table>{body}</table>"
+        f"<pre class='drill'>{_e(h['drill'])}</pre></section>"
+    )
 
 
 def render_html(d: ReportData, *, title: str = "") -> str:
@@ -457,6 +674,7 @@ def render_html(d: ReportData, *, title: str = "") -> str:
         "<!DOCTYPE html><html><head><meta charset='utf-8'>",
         f"<title>{_e(title or f'argus report: {d.job}')}</title><style>{_CSS}</style></head><body>",
         f"<h1>argus report: {_e(d.job)}</h1>",
+        _verdict_html(d),
         f"<div class='meta'>steps {int(d.steps[0])}-{int(d.steps[-1])}; findings "
         + (", ".join(f"{k}: {v}" for k, v in sorted(d.counts.items())) or "none")
         + f"; {len(d.verdicts)} culprit(s)</div>",
@@ -482,6 +700,12 @@ def render_html(d: ReportData, *, title: str = "") -> str:
                 highlight_rows=hl,
             )
         )
+        if hl:
+            parts.append(
+                "<div class='meta'>&#9654; red, outlined rows: the culprit's ranks "
+                + _e(_ranges([d.heat_ranks[i] for i in hl]))
+                + "</div>"
+            )
     parts.append(f"<h2 id='w1'>W1 matrix (ms): {_e(d.w1_title or 'no flagged kernel')}</h2>")
     if d.w1 is not None:
         labels = [f"rank {r}" for r in d.w1_ranks]
@@ -525,24 +749,30 @@ def _diagnose(
     job: str | None,
     config: DetectorsConfig | None,
     window_steps: int,
+    focus: str | None = None,
+    why: str = "",
+    strict: bool = True,
 ) -> str:
     from argus.diagnose import diagnose
 
     if not steps:
-        raise ReportError("no step records to report on")
+        raise ReportError("no step records to report on" + (f": {why}" if why else ""))
     res = diagnose(
         steps, kernel_batches=batches, kernel_summaries=summaries, config=config,
         window_steps=window_steps, job=job,
     )  # fmt: skip
     sel = [r for r in steps if r.get("job") == res.job]
     return render_html(
-        report_data(sel, res, kernel_batches=batches, kernel_summaries=summaries, config=config)
-    )
+        report_data(
+            sel, res, kernel_batches=batches, kernel_summaries=summaries, config=config,
+            focus=focus, strict_focus=strict,
+        )
+    )  # fmt: skip
 
 
 def report_from_dir(
     path: Any, *, job: str | None = None, config: DetectorsConfig | None = None,
-    window_steps: int = 10,
+    window_steps: int = 10, focus: str | None = None,
 ) -> str:  # fmt: skip
     """The report of a directory of Avro files (``argus simulate --out DIR``).
 
@@ -563,13 +793,15 @@ def report_from_dir(
         name, it = read_avro(f)
         by[name].extend(it)
     return _diagnose(
-        by["step_record"], by["kernel_batch"], by["kernel_summary"], job, config, window_steps
-    )
+        by["step_record"], by["kernel_batch"], by["kernel_summary"], job, config, window_steps,
+        focus,
+    )  # fmt: skip
 
 
 def report_from_kafka(
     settings: Any, job: str, tr: Any, *, config: DetectorsConfig | None = None,
     window_steps: int = 10, prefix: str | None = None, lag_ns: int | None = None,
+    focus: str | None = None,
 ) -> str:  # fmt: skip
     """The report of ``job`` over event-time range ``tr`` read from Kafka (like replay).
 
@@ -594,4 +826,9 @@ def report_from_kafka(
         lo = min(int(r["step"]) for r in steps)
         batches = [r for r in batches if int(r["window_id"]) >= lo]
         summaries = [r for r in summaries if int(r["window_id"]) >= lo]
-    return _diagnose(steps, batches, summaries, job, config, window_steps)
+    why = ""
+    if not steps:
+        from argus.replay import why_empty
+
+        why = why_empty(settings, topic_name("raw.steps", pfx), job, tr, lag_ns=lag_ns)
+    return _diagnose(steps, batches, summaries, job, config, window_steps, focus, why, False)

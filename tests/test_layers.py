@@ -25,7 +25,8 @@ layer  modules                                             what
        ``argus.replay``, ``argus.report``,                 Kafka admin
        ``argus.trace``, ``argus.demo``, ``argus.sim``,
        ``argus.sinks``, ``argus.kafka``,
-       ``argus.stacks_view``, ``argus.topics``
+       ``argus.stacks_view``, ``argus.topics``,
+       ``argus.drill``
 C      ``argus.collectors``                                beside 5 (which may import them), but
                                                            run inside training
                                                            processes: import only layers 0-1,
@@ -76,6 +77,7 @@ LAYERS: dict[str, int | str] = {
     "argus.sinks": 5,
     "argus.kafka": 5,
     "argus.stacks_view": 5,
+    "argus.drill": 5,  # drill-down windows, empty-read reasons, argus status
     "argus.topics": 5,
     "argus.collectors": "C",
 }

@@ -9,12 +9,12 @@ from typing import Any
 import click
 
 from argus.cli import settings_from
+from argus.commands._window import check_out, resolve_window, window_options
 
 
 @click.command()
-@click.option("--job", required=True, help="the job to replay")
-@click.option("--from", "t_from", required=True, help="event time: ISO 8601 or ns since epoch")
-@click.option("--to", "t_to", required=True, help="event time: ISO 8601 or ns since epoch")
+@click.option("--job", default=None, help="the job to replay (default: --around's)")
+@window_options
 @click.option(
     "--config",
     "thresholds",
@@ -26,25 +26,22 @@ from argus.cli import settings_from
 @click.option("-o", "--out", "out", type=click.Path(dir_okay=False), default=None)
 @click.option("--publish-topic", default=None, help="also produce the findings to this topic")
 @click.option("--prefix", default=None, help="topic prefix (default: the settings')")
-@click.option(
-    "--max-lag",
-    type=float,
-    default=None,
-    help="seconds from event time to produce time at most (bounds the read; default: to the end)",
-)
 @click.option("--top", type=int, default=20, show_default=True, help="verdicts to print")
 @click.pass_context
 def replay(
     ctx: click.Context,
-    job: str,
-    t_from: str,
-    t_to: str,
+    job: str | None,
+    t_from: str | None,
+    t_to: str | None,
+    last: str | None,
+    around: str | None,
+    pad: str,
+    max_lag: float | None,
     thresholds: str | None,
     window_steps: int,
     out: str | None,
     publish_topic: str | None,
     prefix: str | None,
-    max_lag: float | None,
     top: int,
 ) -> None:
     """Replay a job's historical window: find the offsets for the event times on the raw
@@ -55,10 +52,17 @@ def replay(
 
     from argus.commands.diagnose import _print
     from argus.detectors.config import DetectorsConfig
-    from argus.replay import TimeRange, publish_findings
+    from argus.replay import publish_findings
     from argus.replay import replay as run_replay
 
+    check_out(out)
     s = settings_from(ctx)
+    tr, win = resolve_window(
+        s, t_from=t_from, t_to=t_to, last=last, around=around, pad=pad, prefix=prefix, job=job
+    )
+    job = job or (win.job if win else None)
+    if not job:
+        raise click.UsageError("--job is required (unless --around names an alert)")
     section: Any = s.section("detectors")
     if thresholds:
         import tomllib
@@ -68,7 +72,6 @@ def replay(
         except tomllib.TOMLDecodeError as exc:
             raise click.UsageError(f"{thresholds}: not valid TOML ({exc})") from exc
     cfg = DetectorsConfig.from_settings(section)
-    tr = TimeRange.parse(t_from, t_to)
     if publish_topic:
         from argus.topics import topic_name
 

@@ -7,12 +7,12 @@ from pathlib import Path
 import click
 
 from argus.cli import settings_from
+from argus.commands._window import check_out, resolve_window, window_options
 
 
 @click.command()
-@click.option("--job", default=None, help="the job (required with Kafka)")
-@click.option("--from", "t_from", default=None, help="event time: ISO 8601 or ns since epoch")
-@click.option("--to", "t_to", default=None, help="event time: ISO 8601 or ns since epoch")
+@click.option("--job", default=None, help="the job (required with Kafka unless --around)")
+@window_options
 @click.option(
     "--from-file",
     "from_file",
@@ -31,6 +31,10 @@ def report(
     job: str | None,
     t_from: str | None,
     t_to: str | None,
+    last: str | None,
+    around: str | None,
+    pad: str,
+    max_lag: float | None,
     from_file: str | None,
     out: str,
     window_steps: int,
@@ -43,22 +47,35 @@ def report(
     from argus.detectors.config import DetectorsConfig
     from argus.report import report_from_dir, report_from_kafka
 
+    check_out(out)
     s = settings_from(ctx)
     cfg = DetectorsConfig.from_settings(s.section("detectors"))
     if from_file:
-        page = report_from_dir(from_file, job=job, config=cfg, window_steps=window_steps)
+        if t_from or t_to or last:
+            raise click.UsageError(
+                "--from-file reports the whole recording; drop --from/--to/--last"
+            )
+        # --around with files: the verdict or finding to lead with (no Kafka involved)
+        page = report_from_dir(
+            from_file, job=job, config=cfg, window_steps=window_steps, focus=around
+        )
     else:
-        if not (job and t_from and t_to):
-            raise click.UsageError("--job, --from and --to are required unless --from-file")
-        from argus.replay import TimeRange
-
+        tr, win = resolve_window(
+            s, t_from=t_from, t_to=t_to, last=last, around=around, pad=pad, prefix=prefix,
+            job=job,
+        )  # fmt: skip
+        job = job or (win.job if win else None)
+        if not job:
+            raise click.UsageError("--job is required (unless --around names an alert)")
         page = report_from_kafka(
             s,
             job,
-            TimeRange.parse(t_from, t_to),
+            tr,
             config=cfg,
             window_steps=window_steps,
             prefix=prefix,
+            lag_ns=None if max_lag is None else int(max_lag * 1e9),
+            focus=around if win is not None and win.source == "alert" else None,
         )
     Path(out).write_text(page)
     click.echo(f"report ({len(page) // 1024} KiB) -> {out}")

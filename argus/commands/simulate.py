@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 import click
 
@@ -84,15 +85,36 @@ def simulate(
         f"job {run.job}"
     )
     t0 = time.monotonic()
+    span: list[int] = []
+
+    def tracked() -> Any:
+        """The records, noting the step records' event-time span (for the line below)."""
+        for item in sim(run):
+            if item[0] == "raw.steps":
+                rec = item[2]
+                span[:] = [
+                    min(span[0], int(rec["start_ns"])) if span else int(rec["start_ns"]),
+                    max(span[1], int(rec["end_ns"])) if span else int(rec["end_ns"]),
+                ]
+            yield item
+
     if out_dir:
-        counts = write_avro(sim(run), out_dir, truth=run.truth_dict())
+        counts = write_avro(tracked(), out_dir, truth=run.truth_dict())
         for name, n in sorted(counts.items()):
             click.echo(f"  {n:>9d} records -> {out_dir}/{name}")
         click.echo(f"  ground truth -> {out_dir}/truth.json")
     else:
         s = settings_from(ctx)
-        counts = publish(sim(run), s, prefix=prefix, step_rate=step_rate)
+        counts = publish(tracked(), s, prefix=prefix, step_rate=step_rate)
         for topic, n in sorted(counts.items()):
             click.echo(f"  {n:>9d} records -> {topic}")
         click.echo("  ground truth: " + json.dumps(run.truth_dict()))
+    if span:
+        from argus.drill.window import iso
+
+        click.echo(
+            f"  event time (the simulator's fixed epoch, not now): {iso(span[0])} .. "
+            f"{iso(span[1])} ({span[0]} .. {span[1]} ns); drill down with --from "
+            f"{iso(span[0])} --to {iso(span[1])}"
+        )
     click.echo(f"done in {time.monotonic() - t0:.1f} s")

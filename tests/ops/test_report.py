@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -36,7 +37,11 @@ def _check_page(page: str) -> None:
     assert 'class="straggler"' in page and 'class="peer"' in page
     # the culprit: mlp in dp group pp0.tp1, ranks 7 and 15, highlighted in the heatmap
     assert "phase mlp in dp group pp0.tp1" in page
-    assert re.search(r'font-weight="bold" fill="#c00">rank 7<', page)
+    assert re.search(r'font-weight="bold" fill="#c00">&#9654; rank 7<', page)
+    # the verdict leads the page, with the culprit's ranks and an ISO start
+    assert page.index("id='verdict'") < page.index("id='iter'")
+    assert "data-ranks='7,15'" in page and "ranks 7, 15 in dp group pp0.tp1" in page
+    assert re.search(r"<th>since</th><td>2026-05-28T20:26:\d\d\.\d{3}Z", page)
     # its row: ranks, phase / strongest kernel divergence of theirs (any of the MLP's)
     assert re.search(r"<td>7,15</td><td>mlp / [a-z0-9_]+</td>", page)
 
@@ -128,3 +133,97 @@ def test_report_after_raw_kernels_expired(
     page = out.read_text()
     _check_page(page)
     assert "reconstructed from kernel summaries" in page
+
+
+def _shot(page: Path, png: Path, tmp: Path, size: tuple[int, int] = (1400, 2400)) -> Any:
+    """Screenshot ``page`` in headless Chromium; the image as an (H, W, 3) int array."""
+    import numpy as np
+    from PIL import Image
+
+    subprocess.run(
+        [
+            str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync",
+            "--no-first-run", f"--user-data-dir={tmp / 'profile'}", f"--screenshot={png}",
+            f"--window-size={size[0]},{size[1]}", page.resolve().as_uri(),
+        ],
+        check=True, capture_output=True, timeout=90,
+    )  # fmt: skip
+    img = np.asarray(Image.open(png).convert("RGB")).astype(int)
+    assert img.shape[:2] == (size[1], size[0])
+    flat = img.reshape(-1, 3)
+    non_white = float((flat.min(axis=1) < 235).mean())
+    assert non_white > 0.05, f"page looks blank ({non_white:.1%} non-white)"
+    assert len(np.unique(flat, axis=0)) > 200  # charts, not a flat colour
+    return img
+
+
+def _marked_rows(page: str) -> list[int]:
+    """Ranks the heatmap of the culprit's group marks (label with the marker, outlined)."""
+    heat = page[page.index("id='heat'") : page.index("id='w1'")]
+    assert heat.count('class="culprit-row"') >= 1
+    return sorted(int(r) for r in re.findall(r'fill="#c00">&#9654; rank (\d+)<', heat))
+
+
+def _red_box_rows(img: Any) -> int:
+    """Rows of the screenshot that hold the verdict box's or the outlines' red (#c00/#e00)."""
+    import numpy as np
+
+    r, g, b = img[..., 0], img[..., 1], img[..., 2]
+    red = (r > 180) & (g < 40) & (b < 40)
+    return int(np.count_nonzero(red.any(axis=1)))
+
+
+@pytest.mark.skipif(
+    not CHROMIUM.exists(), reason="/usr/bin/chromium absent (apt-get install chromium)"
+)
+def test_report_rank_culprit_screenshot(straggler_dir: Path, tmp_path: Path) -> None:
+    """A rank culprit (compute-straggler, ranks 7 and 15): named in the top verdict, its
+    group drawn with exactly those ranks marked, and the page renders."""
+    page = tmp_path / "rank.html"
+    assert main(["report", "--from-file", str(straggler_dir), "-o", str(page)]) == 0
+    text = page.read_text()
+    top = text[text.index("id='verdict'") : text.index("id='iter'")]
+    assert "data-ranks='7,15'" in top and "straggler in phase mlp" in top
+    assert "dp group pp0.tp1" in top and "hosts node0000, node0001" in top
+    assert "phase mlp in dp group pp0.tp1" in text
+    assert _marked_rows(text) == [7, 15]
+    img = _shot(page, tmp_path / "rank.png", tmp_path)
+    assert _red_box_rows(img) > 50  # the verdict box's border and the marked rows
+
+
+@pytest.fixture(scope="module")
+def link_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("sim") / "ld"
+    write_avro(simulate("link-degradation", ranks=64, steps=40, seed=3), out)
+    return out
+
+
+@pytest.mark.skipif(
+    not CHROMIUM.exists(), reason="/usr/bin/chromium absent (apt-get install chromium)"
+)
+def test_report_group_culprit_screenshot(link_dir: Path, tmp_path: Path) -> None:
+    """A group culprit (link-degradation: EDP group pp1.tp0.ep0 = ranks 32, 40, 48, 56):
+    the verdict names the group and its member ranks; the heatmap draws that group (not an
+    unrelated dp group) beside its sibling EDP groups with all four members marked."""
+    page = tmp_path / "group.html"
+    assert main(["report", "--from-file", str(link_dir), "-o", str(page)]) == 0
+    text = page.read_text()
+    top = text[text.index("id='verdict'") : text.index("id='iter'")]
+    assert "data-ranks='32,40,48,56'" in top
+    assert "edp group pp1.tp0.ep0: members ranks 32, 40, 48, 56" in top
+    assert "slow for the whole edp group" in top
+    heat_title = re.search(r"Rank x step heatmap: ([^<]*)<", text)
+    assert heat_title and "edp group pp1.tp0.ep0" in heat_title[1]
+    assert "expert_grad_sync" in heat_title[1] and " dp group" not in heat_title[1]
+    assert _marked_rows(text) == [32, 40, 48, 56]
+    # the CDF draws the members red, not grey
+    assert "red: rank 32, rank 40, rank 48, rank 56" in text
+    img = _shot(page, tmp_path / "group.png", tmp_path)
+    assert _red_box_rows(img) > 50
+
+
+def test_report_around_picks_the_verdict(straggler_dir: Path, tmp_path: Path) -> None:
+    page = tmp_path / "a.html"
+    rc = main(["report", "--from-file", str(straggler_dir), "--around", "nope", "-o", str(page)])
+    assert rc == 1 and not page.exists()  # a typed error naming the verdicts there
