@@ -24,6 +24,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "argus.commands.simulate:simulate",
         "Simulate a training job with injected faults (Avro files or Kafka).",
     ),
+    "ingest": (
+        "argus.commands.ingest:ingest",
+        "Ingest PyTorch profiler (Kineto) traces as a recorded job (Avro files or Kafka).",
+    ),
     "diagnose": (
         "argus.commands.diagnose:diagnose",
         "Diagnose recorded Avro files offline: L1-L3 and the funnel.",

@@ -74,6 +74,7 @@ LAYERS: dict[str, int | str] = {
     "argus.commands": 5,
     "argus.demo": 5,
     "argus.sim": 5,
+    "argus.ingest": 5,  # Kineto traces -> records (pure; the command writes/publishes)
     "argus.sinks": 5,
     "argus.kafka": 5,
     "argus.stacks_view": 5,
