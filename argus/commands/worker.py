@@ -24,6 +24,14 @@ _ALL = ("compressor", "l1", "l2", "l3", "funnel", "stacks")
     help="serve Prometheus /metrics on 127.0.0.1:PORT (default: streams.metrics_port; 0 = off)",
 )
 @click.option(
+    "--metrics-addr",
+    default=None,
+    envvar="ARGUS_METRICS_ADDR",
+    metavar="HOST:PORT",
+    help="serve Prometheus /metrics on HOST:PORT, e.g. 0.0.0.0:9464 or [::]:9464 to be "
+    "scraped from elsewhere (overrides --metrics-port; port 0 = off)",
+)
+@click.option(
     "--instance-id",
     default="auto",
     show_default=True,
@@ -43,6 +51,7 @@ def worker(
     ctx: click.Context,
     roles: tuple[str, ...],
     metrics_port: int | None,
+    metrics_addr: str | None,
     instance_id: str,
     loglevel: str,
 ) -> None:
@@ -63,6 +72,14 @@ def worker(
     """
     from dataclasses import replace
 
+    from argus.errors import ConfigError
+    from argus.streams.metrics import parse_addr
+
+    if metrics_addr is not None:
+        try:
+            parse_addr(metrics_addr)  # before any work: a typo is a usage error
+        except ConfigError as exc:
+            raise click.BadParameter(str(exc), param_hint="--metrics-addr") from None
     settings = settings_from(ctx)
     if settings.security.protocol != "PLAINTEXT":  # refused login: one clear error, no hang
         from argus.kafka.security import check_connection
@@ -83,7 +100,7 @@ def worker(
         stop = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
-        metrics.serve(metrics_port or 0)
+        metrics.serve(metrics_addr if metrics_addr is not None else metrics_port or 0)
         run_pagerduty_sink(settings, stop_event=stop, metrics_registry=metrics.REGISTRY)
         return
     from argus.streams import metrics
@@ -109,7 +126,7 @@ def worker(
             replication=pcfg.replication,
             config=config,
         )
-    metrics.serve(pcfg.metrics_port)
+    metrics.serve(metrics_addr if metrics_addr is not None else pcfg.metrics_port)
     # faust's data dir (build_app: <state_dir>/workers/<app id>); faust makes only its last level
     (settings.state_dir / "workers").mkdir(parents=True, exist_ok=True)
     import faust

@@ -300,8 +300,11 @@ def watch_sends(ctx: Ctx, *, warn_after_s: float = 10.0) -> None:
 
 
 def add_lag_gauge(ctx: Ctx, role: str, topics: Iterable[str], interval_s: float = 5.0) -> None:
-    """Publish consumer lag (high watermark - position) per assigned partition."""
+    """Publish consumer lag per assigned partition: records (high watermark - position) and
+    seconds (:func:`argus.streams.metrics.lag_seconds`); ``topic`` labels unprefixed."""
     names = set(topics)
+    prefix = ctx.settings.topic_prefix
+    caught_up: dict[tuple[str, int], float] = {}  # last time seen with nothing waiting (s)
 
     @ctx.app.timer(interval=interval_s, name=f"lag-{role}")
     async def _lag() -> None:
@@ -315,7 +318,24 @@ def add_lag_gauge(ctx: Ctx, role: str, topics: Iterable[str], interval_s: float 
             except Exception:  # partition moving during a rebalance
                 continue
             if hw is not None and pos is not None:
-                metrics.LAG.labels(role, tp.topic, str(tp.partition)).set(max(0, hw - pos))
+                lag = max(0, hw - pos)
+                labels = (role, metrics.topic_label(tp.topic, prefix), str(tp.partition))
+                metrics.LAG.labels(*labels).set(lag)
+                now, key = time.time(), (tp.topic, tp.partition)
+                if lag == 0:
+                    caught_up[key] = now
+                    secs = 0.0
+                else:
+                    last = metrics.last_consumed(tp.topic, tp.partition)
+                    secs = metrics.lag_seconds(now, last, caught_up.get(key))
+                metrics.LAG_SECONDS.labels(*labels).set(secs)
+
+
+def note_consumed(event: Any) -> None:
+    """Note a consumed event's Kafka timestamp for the lag in seconds."""
+    msg = getattr(event, "message", None)
+    if msg is not None:
+        metrics.consumed(msg.tp.topic, msg.tp.partition, getattr(msg, "timestamp", None))
 
 
 Registrar = Callable[[Ctx], None]
@@ -444,6 +464,7 @@ def route_batches(
     async def _router(stream: faust.StreamT) -> None:
         async for event in stream.events():
             metrics.RECORDS_IN.labels(role, suffix).inc()
+            note_consumed(event)
             try:
                 routed = await route(event)
                 out: dict[str, list[Any]] = {}
@@ -516,6 +537,7 @@ def window_agent(
     @ctx.app.agent(topic, name=name)
     async def _windows(stream: faust.StreamT) -> None:
         async for ev in stream.events():
+            note_consumed(ev)
             try:
                 await _handle(ev)
             except asyncio.CancelledError:

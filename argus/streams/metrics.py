@@ -1,14 +1,29 @@
-"""Prometheus metrics of the stream workers, served on a loopback port.
+"""Prometheus metrics of the stream workers.
 
-All metrics carry the ``role`` label of the agent that counts them. Serve with
-:func:`serve` (127.0.0.1 only; put a proxy or a sidecar in front to scrape from elsewhere).
+Labels: ``role`` (the agent that counts), ``topic`` without the deployment's topic prefix
+(``raw.steps``, ``internal.steps-by-job``: the same name on every deployment, see
+:func:`topic_label`), and ``argus_job`` for a training job (not ``job``, which Prometheus
+sets to the scrape target's job and would overwrite or rename to ``exported_job``).
+Serve with :func:`serve` on ``HOST:PORT`` (:func:`parse_addr`; default 127.0.0.1).
 """
 
 from __future__ import annotations
 
+import math
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-__all__ = ["REGISTRY", "serve"]
+from argus.errors import ConfigError
+
+__all__ = [
+    "REGISTRY",
+    "consumed",
+    "lag_seconds",
+    "last_consumed",
+    "parse_addr",
+    "serve",
+    "topic_label",
+]
 
 REGISTRY = CollectorRegistry()
 
@@ -45,37 +60,37 @@ ALERTS = Counter("argus_alerts", "Alert records emitted", ["action"], registry=R
 FIDELITY = Gauge(
     "argus_compression_fidelity_spearman",
     "Spearman of raw vs reconstructed pairwise W1 on the latest sampled window",
-    ["job"],
+    ["argus_job"],
     registry=REGISTRY,
 )
 FIDELITY_F1 = Gauge(
     "argus_compression_fidelity_flag_agreement",
     "Agreement (F1) of IQR outlier flags, raw vs reconstructed, latest sample",
-    ["job"],
+    ["argus_job"],
     registry=REGISTRY,
 )
 COMPRESSION = Gauge(
     "argus_compression_ratio",
     "Raw kernel-batch bytes over summary bytes",
-    ["job"],
+    ["argus_job"],
     registry=REGISTRY,
 )
 COLLECTOR_DROPPED = Gauge(
     "argus_collector_dropped_records",
     "Records the collectors dropped (max cumulative over a job's ranks)",
-    ["job"],
+    ["argus_job"],
     registry=REGISTRY,
 )
 COLLECTOR_ERRORS = Gauge(
     "argus_collector_errors",
     "Errors caught in collector hooks (max over ranks)",
-    ["job"],
+    ["argus_job"],
     registry=REGISTRY,
 )
 COLLECTOR_OVERHEAD = Gauge(
     "argus_collector_overhead_ratio",
     "Collector time on the training thread / step time (latest, max over ranks)",
-    ["job"],
+    ["argus_job"],
     registry=REGISTRY,
 )
 LAG = Gauge(
@@ -84,9 +99,85 @@ LAG = Gauge(
     ["role", "topic", "partition"],
     registry=REGISTRY,
 )
+LAG_SECONDS = Gauge(
+    "argus_consumer_lag_seconds",
+    "How long ago the oldest record still waiting for the role was produced (s; 0 caught up)",
+    ["role", "topic", "partition"],
+    registry=REGISTRY,
+)
 
 
-def serve(port: int) -> None:
-    """Serve ``/metrics`` on 127.0.0.1:``port`` (no-op for port 0)."""
-    if port:
-        start_http_server(port, addr="127.0.0.1", registry=REGISTRY)
+def topic_label(topic: str, prefix: str) -> str:
+    """A topic's ``topic`` label: its name without ``<prefix>.`` (``argus.raw.steps`` ->
+    ``raw.steps``), so dashboards work across prefixes; a foreign name stays whole."""
+    return topic.removeprefix(prefix + ".")
+
+
+def lag_seconds(now_s: float, last_ts_s: float | None, caught_up_s: float | None) -> float:
+    """Consumer lag in seconds of a partition with records waiting (an upper bound).
+
+    Every record still waiting was produced after the newest record the role consumed
+    (``last_ts_s``, its Kafka timestamp) and after the last time the partition was seen
+    caught up (``caught_up_s``: nothing was waiting then); the later of the two bounds the
+    oldest waiting record's age, so a partition idle for an hour does not read as an hour
+    behind when one record arrives, and a backlog found at start reads its full age. All s
+    on the epoch clock; NaN when neither is known.
+    """
+    known = [t for t in (last_ts_s, caught_up_s) if t is not None and math.isfinite(t)]
+    if not known:
+        return math.nan
+    return max(0.0, now_s - max(known))
+
+
+_LAST_TS: dict[tuple[str, int], float] = {}
+
+
+def consumed(topic: str, partition: int, ts_s: float | None) -> None:
+    """Note the Kafka timestamp (s since the epoch) of a record a role just consumed."""
+    if ts_s is not None and ts_s > 0:
+        key = (topic, partition)
+        if ts_s > _LAST_TS.get(key, 0.0):
+            _LAST_TS[key] = float(ts_s)
+
+
+def last_consumed(topic: str, partition: int) -> float | None:
+    """The newest timestamp :func:`consumed` noted for a partition (s), None if none."""
+    return _LAST_TS.get((topic, partition))
+
+
+def parse_addr(addr: str | int) -> tuple[str, int]:
+    """``HOST:PORT`` (``0.0.0.0:9464``, ``[::]:9464``, ``:9464`` = all interfaces) or a bare
+    port (127.0.0.1) -> (host, port); port 0 means off.
+
+    Raises
+    ------
+    ConfigError
+        Naming the value when it is not of that form or the port is not 0..65535.
+    """
+    text = str(addr).strip()
+    host, sep, port_s = text.rpartition(":")
+    if not sep:
+        host, port_s = "127.0.0.1", text
+    elif host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        raise ConfigError(f"metrics address {text!r}: write an IPv6 host in brackets, [::]:9464")
+    elif host == "":
+        host = "0.0.0.0"
+    try:
+        port = int(port_s)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"metrics address {text!r} is not HOST:PORT or PORT with a port 0..65535")
+    return host, port
+
+
+def serve(addr: str | int) -> tuple[str, int] | None:
+    """Serve ``/metrics`` on ``addr`` (:func:`parse_addr`; port 0: off). Returns the bound
+    (host, port), or None when off."""
+    host, port = parse_addr(addr)
+    if not port:
+        return None
+    start_http_server(port, addr=host, registry=REGISTRY)
+    return host, port

@@ -24,7 +24,14 @@ import faust
 from argus.kafka.admin import partition_count
 from argus.routing import Routing
 from argus.streams import metrics
-from argus.streams.app import Ctx, add_lag_gauge, guarded, route_batches, window_agent
+from argus.streams.app import (
+    Ctx,
+    add_lag_gauge,
+    guarded,
+    note_consumed,
+    route_batches,
+    window_agent,
+)
 from argus.streams.fidelity import check_batches
 from argus.streams.roles.l3 import L3Windows, route_summary
 from argus.streams.validate import checker
@@ -81,6 +88,7 @@ def register_compressor(ctx: Ctx) -> None:
     async def compressor(stream: faust.StreamT) -> None:
         async for event in stream.events():
             metrics.RECORDS_IN.labels("compressor", "raw.kernels").inc()
+            note_consumed(event)
 
             async def handle(event: faust.EventT = event) -> None:
                 raw = event.message.value or b""

@@ -1,0 +1,147 @@
+"""Worker metrics (issue 20): the ``argus_job`` label, unprefixed ``topic`` labels, lag in
+seconds as well as records, and ``--metrics-addr`` (not loopback only)."""
+
+from __future__ import annotations
+
+import math
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from argus.config import Settings
+from argus.errors import ConfigError
+from argus.streams import metrics
+from tests.pipeline.harness import free_port, worker
+
+
+def test_no_metric_has_a_job_label() -> None:
+    """Prometheus sets ``job`` to the scrape target's; ours would become ``exported_job``."""
+    names = {}
+    for fam in metrics.REGISTRY.collect():
+        names[fam.name] = fam
+    for m in (
+        metrics.FIDELITY,
+        metrics.FIDELITY_F1,
+        metrics.COMPRESSION,
+        metrics.COLLECTOR_DROPPED,
+        metrics.COLLECTOR_ERRORS,
+        metrics.COLLECTOR_OVERHEAD,
+    ):
+        assert m._labelnames == ("argus_job",)
+    for m in vars(metrics).values():
+        assert "job" not in getattr(m, "_labelnames", ())
+
+
+def test_topic_label_drops_the_prefix() -> None:
+    assert metrics.topic_label("t1.argus.raw.steps", "t1.argus") == "raw.steps"
+    assert metrics.topic_label("argus.internal.steps-by-job", "argus") == "internal.steps-by-job"
+    assert metrics.topic_label("other.topic", "argus") == "other.topic"
+
+
+def test_lag_seconds_bounds_the_oldest_waiting_record() -> None:
+    # a backlog found at start: the last record consumed is an hour old
+    assert metrics.lag_seconds(10_000.0, 6_400.0, None) == 3_600.0
+    # idle for an hour, caught up 5 s ago, then one record arrived: 5 s, not an hour
+    assert metrics.lag_seconds(10_000.0, 6_400.0, 9_995.0) == 5.0
+    assert metrics.lag_seconds(10_000.0, None, 9_990.0) == 10.0
+    assert math.isnan(metrics.lag_seconds(10_000.0, None, None))
+    metrics.consumed("x.t", 3, 50.0)
+    metrics.consumed("x.t", 3, 40.0)  # out of order: the newest stays
+    assert metrics.last_consumed("x.t", 3) == 50.0 and metrics.last_consumed("x.t", 4) is None
+
+
+@pytest.mark.parametrize(
+    ("addr", "want"),
+    [
+        ("9464", ("127.0.0.1", 9464)),
+        (9464, ("127.0.0.1", 9464)),
+        ("0.0.0.0:9464", ("0.0.0.0", 9464)),
+        (":9464", ("0.0.0.0", 9464)),
+        ("[::]:9464", ("::", 9464)),
+        ("metrics.local:0", ("metrics.local", 0)),
+    ],
+)
+def test_parse_addr(addr: str | int, want: tuple[str, int]) -> None:
+    assert metrics.parse_addr(addr) == want
+
+
+@pytest.mark.parametrize("addr", ["0.0.0.0:99999", "host:", "host:port", "::1:9464", ""])
+def test_parse_addr_names_a_bad_value(addr: str) -> None:
+    with pytest.raises(ConfigError, match="metrics address"):
+        metrics.parse_addr(addr)
+
+
+def test_worker_rejects_a_bad_metrics_addr_before_any_work() -> None:
+    r = subprocess.run(
+        [sys.executable, "-m", "argus.cli", "worker", "l1", "--metrics-addr", "0.0.0.0:x"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "ARGUS_KAFKA_BOOTSTRAP": "127.0.0.1:1"},
+    )
+    assert r.returncode == 2, r.stderr
+    assert "--metrics-addr" in r.stderr and "0.0.0.0:x" in r.stderr
+
+
+def _samples(text: str, name: str) -> list[tuple[dict[str, str], float]]:
+    """(labels, value) of each sample of ``name`` in a Prometheus text exposition."""
+    out = []
+    for m in re.finditer(rf"^{name}\{{(.*)\}} (\S+)$", text, re.M):
+        out.append((dict(re.findall(r'(\w+)="([^"]*)"', m.group(1))), float(m.group(2))))
+    return out
+
+
+def _listening(port: int) -> set[str]:
+    """Local addresses (hex, as /proc/net/tcp writes them) listening on ``port``."""
+    out = set()
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(name).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            local, state = line.split()[1], line.split()[3]
+            host, _, p = local.rpartition(":")
+            if state == "0A" and int(p, 16) == port:
+                out.add(host)
+    return out
+
+
+@pytest.mark.kafka
+def test_worker_serves_on_metrics_addr_with_lag_in_records_and_seconds(
+    kafka: Settings, topic_prefix: str, tmp_path: Path
+) -> None:
+    port = free_port()
+    w = worker(topic_prefix, tmp_path, ("funnel",), ARGUS_METRICS_ADDR=f"0.0.0.0:{port}")
+    w.metrics_port = 0  # the flag's port is the one served
+    w.start()
+    try:
+        text, deadline = "", time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                url = f"http://127.0.0.1:{port}/metrics"
+                text = urllib.request.urlopen(url, timeout=2).read().decode()
+            except OSError:
+                text = ""
+            if any(
+                lb.get("topic") == "anomalies"
+                for lb, _ in _samples(text, "argus_consumer_lag_seconds")
+            ):
+                break
+            time.sleep(0.5)
+        else:
+            pytest.fail(f"no lag gauges; worker log:\n{w.log_tail()}\nmetrics:\n{text[-2000:]}")
+        assert _listening(port) & {"00000000"}, _listening(port)  # all interfaces, not loopback
+        lag = _samples(text, "argus_consumer_lag")
+        topics = {lb["topic"] for lb, _ in lag if lb["role"] == "funnel"}
+        assert {"anomalies", "internal.funnel-jobs"} <= topics, topics  # all unprefixed
+        secs = _samples(text, "argus_consumer_lag_seconds")
+        assert {lb["topic"] for lb, _ in secs} == topics
+        assert all(v == 0.0 for _, v in secs)  # nothing waiting
+    finally:
+        w.stop()
