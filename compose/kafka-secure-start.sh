@@ -1,7 +1,9 @@
 #!/bin/bash
 # Entrypoint of the kafka service under docker-compose.secure.yml (apache/kafka image):
-# SASL_SSL (SCRAM-SHA-512) on both client listeners, the StandardAuthorizer with no access
-# unless an ACL allows it, and the SCRAM users created when the storage is first formatted.
+# SASL_SSL (SCRAM-SHA-512) on both client listeners, the KRaft controller listener mutual TLS
+# (the broker's certificate, CN=kafka, is its only client), the StandardAuthorizer with no
+# access unless an ACL allows it, and the SCRAM users created when the storage is first formatted.
+# Super users: admin and User:CN=kafka (the broker itself); never User:ANONYMOUS.
 #   kafka-secure-start.sh          write the configuration, format once, exec the broker
 #   kafka-secure-start.sh config   only write the configuration (tests)
 # Reads the Compose secrets in $SECRETS (/run/secrets): kafka_keystore, kafka_ca and
@@ -39,12 +41,13 @@ cat >"$CONF/server.properties" <<PROPS
 # written by compose/kafka-secure-start.sh
 process.roles=broker,controller
 node.id=1
-# the controller listener is PLAINTEXT on loopback only: nothing outside this container reaches it
+# the controller listener: loopback only, and mutual TLS (a client certificate signed by the
+# compose CA is required; only the broker holds one), so no local process administers it either
 controller.quorum.voters=1@127.0.0.1:$CONTROLLER_PORT
 controller.listener.names=CONTROLLER
 listeners=INTERNAL://:$INTERNAL_PORT,EXTERNAL://:$EXTERNAL_PORT,CONTROLLER://127.0.0.1:$CONTROLLER_PORT
 advertised.listeners=INTERNAL://$BROKER_HOST:$INTERNAL_PORT,EXTERNAL://$EXTERNAL_HOST:$EXTERNAL_PORT
-listener.security.protocol.map=INTERNAL:SASL_SSL,EXTERNAL:SASL_SSL,CONTROLLER:PLAINTEXT
+listener.security.protocol.map=INTERNAL:SASL_SSL,EXTERNAL:SASL_SSL,CONTROLLER:SSL
 inter.broker.listener.name=INTERNAL
 sasl.enabled.mechanisms=SCRAM-SHA-512
 sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512
@@ -55,10 +58,11 @@ ssl.keystore.location=$SECRETS/kafka_keystore
 ssl.truststore.type=PEM
 ssl.truststore.location=$SECRETS/kafka_ca
 ssl.client.auth=none
+listener.name.controller.ssl.client.auth=required
 authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
 allow.everyone.if.no.acl.found=false
-# admin: topics and ACLs; ANONYMOUS: the broker's own loopback connection to its controller
-super.users=User:admin;User:ANONYMOUS
+# admin: topics and ACLs; CN=kafka: the broker's own (mutual TLS) connection to its controller
+super.users=User:admin;User:CN=kafka
 log.dirs=$DATA
 offsets.topic.replication.factor=1
 transaction.state.log.replication.factor=1

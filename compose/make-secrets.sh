@@ -3,8 +3,10 @@
 #   compose/make-secrets.sh [DIR]        # DIR: $ARGUS_COMPOSE_SECRETS or .argus/compose-secrets
 # writes into DIR (mode 0700; inside .argus/, which git ignores):
 #   ca.pem                 the CA that signed the broker certificate (clients trust it)
-#   broker-keystore.pem    the broker's key + certificate + CA (Kafka PEM keystore), SAN kafka,
-#                          localhost, 127.0.0.1 and $ARGUS_KAFKA_EXTERNAL_HOST when set
+#   broker-keystore.pem    the broker's key + certificate + CA (Kafka PEM keystore), CN=kafka,
+#                          SAN kafka, localhost, 127.0.0.1 and $ARGUS_KAFKA_EXTERNAL_HOST when
+#                          set; server and client use (the broker presents it to its own
+#                          mutual-TLS controller listener)
 #   <user>.password        random SCRAM-SHA-512 passwords of admin, collector, worker, ops, pagerduty
 # The CA key is deleted after signing: to rotate, delete DIR and the kafka-secure-data volume.
 # Compose bind-mounts these files into containers that run as other uids (kafka 1000, argus
@@ -28,7 +30,7 @@ if [ -n "${ARGUS_KAFKA_EXTERNAL_HOST:-}" ] && [ "$ARGUS_KAFKA_EXTERNAL_HOST" != 
     esac
 fi
 printf '%s\n' "subjectAltName=$SAN" "basicConstraints=CA:FALSE" \
-    "keyUsage=critical,digitalSignature,keyEncipherment" "extendedKeyUsage=serverAuth" >broker.ext
+    "keyUsage=critical,digitalSignature,keyEncipherment" "extendedKeyUsage=serverAuth,clientAuth" >broker.ext
 openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 3650 \
     -subj "/CN=argus compose CA" -addext "basicConstraints=critical,CA:TRUE" \
     -addext "keyUsage=critical,keyCertSign,cRLSign" 2>/dev/null

@@ -11,8 +11,10 @@ that the pid is still that ``kafka.Kafka`` JVM. When an existing cluster is conf
 client listener (SCRAM-SHA-512) with a certificate from a CA generated here (openssl), SCRAM
 users ``admin`` (super user) and one per role (see :mod:`argus.kafka.acls`) created at format
 time with random passwords under ``<state_dir>/kafka/secrets/`` (mode 0600), and the
-StandardAuthorizer on (no ACL: no access). The KRaft controller listener stays PLAINTEXT on
-loopback. The mode is fixed when the storage is formatted; ``reset`` to change it.
+StandardAuthorizer on (no ACL: no access). The KRaft controller listener is TLS with client
+certificates required (mutual TLS): only a holder of the broker's key (principal
+``User:CN=argus-broker``, with ``admin`` the only super users) gets in; no anonymous principal
+has any right. The mode is fixed when the storage is formatted; ``reset`` to change it.
 """
 
 from __future__ import annotations
@@ -33,10 +35,25 @@ from pathlib import Path
 from argus.config import Settings
 from argus.errors import ArgusError
 
-__all__ = ["KAFKA_VERSION", "BrokerError", "BrokerStatus", "LocalBroker"]
+__all__ = [
+    "BROKER_CN",
+    "KAFKA_VERSION",
+    "SUPER_USERS",
+    "BrokerError",
+    "BrokerStatus",
+    "LocalBroker",
+]
 
 #: The pinned Apache Kafka release (4.0 line: faust-streaming's CI and aiokafka >= 0.13 run on it).
 KAFKA_VERSION = "4.0.2"
+
+
+#: Subject CN of the local secure broker's certificate; ``User:CN=<it>`` is the principal of
+#: its mutual-TLS connections to the controller listener.
+BROKER_CN = "argus-broker"
+#: The only super users of the secure broker: the admin SCRAM user and the broker's certificate
+#: (never ``User:ANONYMOUS``).
+SUPER_USERS = f"User:admin;User:CN={BROKER_CN}"
 
 
 class BrokerError(ArgusError, RuntimeError):
@@ -125,8 +142,9 @@ class LocalBroker:
     def _ensure_tls(self) -> None:
         """A CA and a broker certificate for 127.0.0.1/localhost (PEM), made once."""
         keystore = self.tls_dir / "broker-keystore.pem"
-        if keystore.exists() and self.ca_file.exists():
-            return
+        ext = self.tls_dir / "broker.ext"
+        if keystore.exists() and self.ca_file.exists() and "clientAuth" in _read(ext):
+            return  # (certificates without clientAuth predate the mutual-TLS controller)
         openssl = shutil.which("openssl")
         if openssl is None:
             raise BrokerError("openssl is not on PATH; it makes the local broker's certificates")
@@ -137,7 +155,8 @@ class LocalBroker:
             "subjectAltName=DNS:localhost,IP:127.0.0.1\n"
             "basicConstraints=CA:FALSE\n"
             "keyUsage=critical,digitalSignature,keyEncipherment\n"
-            "extendedKeyUsage=serverAuth\n"
+            # clientAuth: the broker presents it to the controller listener (mutual TLS)
+            "extendedKeyUsage=serverAuth,clientAuth\n"
         )
         steps = [
             ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out",
@@ -145,7 +164,7 @@ class LocalBroker:
              "-addext", "basicConstraints=critical,CA:TRUE",
              "-addext", "keyUsage=critical,keyCertSign,cRLSign"],
             ["req", "-newkey", "rsa:2048", "-nodes", "-keyout", "broker.key", "-out",
-             "broker.csr", "-subj", "/CN=localhost"],
+             "broker.csr", "-subj", f"/CN={BROKER_CN}"],
             ["x509", "-req", "-in", "broker.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
              "-CAcreateserial", "-out", "broker.crt", "-days", "825", "-sha256",
              "-extfile", "broker.ext"],
@@ -243,7 +262,7 @@ class LocalBroker:
             f"advertised.listeners=SASL_SSL://127.0.0.1:{s.kafka_port}",
             "controller.listener.names=CONTROLLER",
             "inter.broker.listener.name=SASL_SSL",
-            "listener.security.protocol.map=CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL",
+            "listener.security.protocol.map=CONTROLLER:SSL,SASL_SSL:SASL_SSL",
             "sasl.enabled.mechanisms=SCRAM-SHA-512",
             "sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512",
             "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config="
@@ -254,9 +273,10 @@ class LocalBroker:
             "ssl.truststore.type=PEM",
             f"ssl.truststore.location={tls / 'ca.pem'}",
             "ssl.client.auth=none",
+            # the controller listener: mutual TLS, the broker's certificate is its principal
+            "listener.name.controller.ssl.client.auth=required",
             "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-            # the broker reaches its own controller over the loopback PLAINTEXT listener
-            "super.users=User:admin;User:ANONYMOUS",
+            f"super.users={SUPER_USERS}",
             "allow.everyone.if.no.acl.found=false",
         ]
 
@@ -469,6 +489,13 @@ def _cluster_id() -> str:
         cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         if not cid.startswith("-"):
             return cid
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
 
 
 def _tail(path: Path, n: int = 20) -> str:

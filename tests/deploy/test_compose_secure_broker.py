@@ -28,6 +28,7 @@ from argus.kafka.acls import USERS
 from argus.kafka.local import LocalBroker, _cluster_id
 from argus.kafka.security import KafkaAuthError, check_connection
 from argus.topics import topic_name
+from tests.security.probe import CALLS, props_file, run_admin_probe, scram_props
 
 pytestmark = pytest.mark.slow
 
@@ -46,6 +47,8 @@ class ComposeBroker:
     base_env: dict[str, str]
     internal_port: int
     external_port: int
+    controller_port: int
+    libs: Path  # the Kafka jars (the AdminProbe's classpath)
 
     def env(self, user: str, *, port: int | None = None, password_file: str = "") -> dict[str, str]:
         """Client environment as docker-compose.secure.yml gives it to a service of ``user``."""
@@ -116,7 +119,7 @@ def compose_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Compose
         launcher = home / "bin" / name
         launcher.write_text(f'#!/bin/sh\nexec {jvm} {opts} -cp "{libs}/*" {cls} "$@"\n')
         launcher.chmod(0o755)
-    internal, external = _free_port(), _free_port()
+    internal, external, controller = _free_port(), _free_port(), _free_port()
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "SECRETS": str(secrets),
@@ -126,7 +129,7 @@ def compose_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Compose
         "BROKER_HOST": "localhost",
         "INTERNAL_PORT": str(internal),
         "EXTERNAL_PORT": str(external),
-        "CONTROLLER_PORT": str(_free_port()),
+        "CONTROLLER_PORT": str(controller),
         "CLUSTER_ID": "-" + _cluster_id()[1:],  # a leading '-' must not read as an option
     }
     log = (root / "broker.log").open("wb")
@@ -147,7 +150,7 @@ def compose_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Compose
             except OSError:
                 assert time.monotonic() < deadline, "the broker did not listen within 120 s"
                 time.sleep(0.5)
-        yield ComposeBroker(secrets, base, internal, external)
+        yield ComposeBroker(secrets, base, internal, external, controller, libs)
     finally:
         os.killpg(proc.pid, signal.SIGTERM)  # the session this fixture started
         try:
@@ -202,3 +205,48 @@ def test_the_acl_layout_binds_each_identity(provisioned: ComposeBroker) -> None:
     denied = produce("worker", "control")
     assert denied is not None and denied.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
     assert produce("worker", "alerts") is None
+
+
+def test_no_admin_call_without_credentials_through_listeners_or_controller(
+    provisioned: ComposeBroker, tmp_path: Path
+) -> None:
+    """The compose broker's controller listener is mutual TLS and nobody anonymous is a super
+    user: describe/create ACLs, alter configs and create topics are denied to a client with
+    no credentials (plain or with the CA) on the controller and both client listeners, and to
+    every role's SCRAM login; admin (client listener) and the broker's certificate
+    (controller) get through."""
+    cb = provisioned
+    ca = cb.secrets / "kafka_ca"
+    tls = {"security.protocol": "SSL", "ssl.truststore.type": "PEM"}
+    tls["ssl.truststore.location"] = str(ca)
+    # the allowed clients wait longer: on a loaded 2-core host a TLS login can take > 8 s
+    mtls = tls | {"ssl.keystore.type": "PEM", "default.api.timeout.ms": "30000"}
+    mtls["ssl.keystore.location"] = str(cb.secrets / "kafka_keystore")
+    ctl, srv = f"127.0.0.1:{cb.controller_port}", f"127.0.0.1:{cb.internal_port}"
+    ext = f"localhost:{cb.external_port}"
+
+    def scram(user: str) -> str:
+        pw = (cb.secrets / f"kafka_{user}_password").read_text().strip()
+        return scram_props(
+            tmp_path / f"{user}.p", user, pw, ca, **{"default.api.timeout.ms": "30000"}
+        )
+
+    refused = [
+        ("ctl-plain", "controller", ctl, "-"),
+        ("ctl-tls", "controller", ctl, props_file(tmp_path / "tls.p", **tls)),
+        ("int-plain", "server", srv, "-"),
+        ("ext-tls", "server", ext, props_file(tmp_path / "tls.p", **tls)),
+        *((f"int-{u}", "server", srv, scram(u)) for u in USERS if u != "admin"),
+    ]
+    allowed = [
+        ("int-admin", "server", srv, scram("admin")),
+        ("ctl-broker-cert", "controller", ctl, props_file(tmp_path / "mtls.p", **mtls)),
+    ]
+    got = run_admin_probe(cb.libs, refused + allowed)
+    for name, *_ in refused:
+        for call in CALLS:
+            assert got[f"{name} {call}"].startswith("DENIED"), (name, call, got)
+    assert all(got[f"int-admin {c}"] == "OK" for c in CALLS), {
+        k: v for k, v in got.items() if "admin" in k
+    }
+    assert got["ctl-broker-cert describe_acls"] == "OK", got["ctl-broker-cert describe_acls"]

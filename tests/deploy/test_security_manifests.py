@@ -115,6 +115,12 @@ def test_every_kafka_listener_is_tls_with_scram_and_acls_are_enforced(
         assert ls.get("authentication", {}).get("type") == "scram-sha-512", ls["name"]
     assert spec["kafka"]["authorization"]["type"] == "simple"
     assert "superUsers" not in spec["kafka"]["authorization"], "no standing super users"
+    # the controller listener stays Strimzi's mutual-TLS one: nothing overrides listeners,
+    # their protocols or the super users through the broker configuration
+    cfg = spec["kafka"].get("config", {})
+    for key in cfg:
+        assert not key.startswith(("listener", "controller.", "super.users", "ssl.client")), key
+    assert "ANONYMOUS" not in json.dumps(build)
     assert "userOperator" in spec["entityOperator"], "nothing would reconcile the KafkaUsers"
     env = by_kind(build, "ConfigMap")["argus-env"]["data"]
     assert env["ARGUS_KAFKA_BOOTSTRAP"] == f"argus-kafka-bootstrap:{_tls_port(build)}"
@@ -365,8 +371,12 @@ def test_broker_start_script_configures_sasl_ssl_only(made_secrets: Path, tmp_pa
     )
     proto = dict(x.split(":") for x in props["listener.security.protocol.map"].split(","))
     listeners = dict(x.split("://") for x in props["listeners"].split(","))
-    assert proto == {"INTERNAL": "SASL_SSL", "EXTERNAL": "SASL_SSL", "CONTROLLER": "PLAINTEXT"}
-    assert listeners["CONTROLLER"].startswith("127.0.0.1:"), "plaintext only on loopback"
+    assert proto == {"INTERNAL": "SASL_SSL", "EXTERNAL": "SASL_SSL", "CONTROLLER": "SSL"}
+    assert listeners["CONTROLLER"].startswith("127.0.0.1:"), "the controller only on loopback"
+    assert props["listener.name.controller.ssl.client.auth"] == "required", "mutual TLS"
+    assert props["ssl.client.auth"] == "none", "clients log in with SCRAM, not certificates"
+    supers = props["super.users"].split(";")
+    assert "User:ANONYMOUS" not in supers and set(supers) == {"User:admin", "User:CN=kafka"}
     assert props["sasl.enabled.mechanisms"] == "SCRAM-SHA-512"
     assert props["allow.everyone.if.no.acl.found"] == "false"
     assert props["authorizer.class.name"].endswith("StandardAuthorizer")
