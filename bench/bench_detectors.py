@@ -1,21 +1,28 @@
-"""Detector quality and speed benchmark (issue 4).
+"""Detector quality benchmark on production-hard simulated jobs (issue 18), and speed.
 
-Run: ``.venv/bin/python bench/bench_detectors.py [--quick]``
+Run: ``.venv/bin/python bench/bench_detectors.py [--quick | --full] [--only a,b] ...``
 
-1. **L3 speed**: one kernel-window of a 4,096-rank group on one core: quantile matrix from
-   4,096 cluster summaries (``argus.summaries.lognormal.quantile_matrix``), rank scoring
-   (W1 to the median reference + IQR fence) and group-vs-group comparison. Bar: < 1 s.
-2. **Healthy**: findings and alerts over 1,000 steps at 64, 512 and 4,096 ranks (L1 + L2 on
-   every window; L3 with kernels over the first steps, see the printed step counts).
-3. **Scenarios** at 64, 512 and 4,096 ranks: precision and recall of the flagged ranks
-   against ground truth, the levels that found the culprit, steps from onset to detection.
+Every scenario runs through the engine's roles in memory - ``argus diagnose`` semantics
+(:func:`argus.sim.evaluate.run_engine_on`, streamed from the simulator) - and is scored on
+its *pages* (alert triggers, :func:`argus.sim.evaluate.score_pages`): culprits named,
+precision and recall over culprit ranks, pages naming healthy ranks, false pages per 1,000
+steps, delay in funnel windows (10 steps) from onset, and the issue 18 bars:
 
-Sizes where every record would not fit this 2-core VM use the *array path*: the same
-detector functions (``l1.detect``, ``l2.detect``, ``funnel.step``) fed straight from the
-simulator's timing model instead of decoded records, on the engine's schedule (L1 and the
-sliding L2 after each step, funnel windows by event time); the script first checks that, at
-64 ranks, the array path gives exactly the findings of ``argus diagnose`` (the engine's roles
-run in memory) on the records.
+* healthy variants (``mega-noise``, ``-jitter``, ``-uneven``, ``-checkpoint``,
+  ``-hiccups``): 0 pages over 1,000 steps at each size. 1,000 steps of 512 ranks cost
+  ~20 min of the engine on this 2-core VM (~2.5 ms per 68-phase step record), so the
+  1,000 steps at 512 ranks are the five variants x 200 steps (seeds differ), and at 2,048
+  ranks five variants x ``--steps-2048`` steps (default 40: 200 steps, ~4x the records of
+  512 x 200) - reported as pages per 1,000 steps;
+* faulty ``mega-*`` scenarios (512 ranks; ``mega-moe-expert`` on tp 2 x ep 8 x dp 8 x pp 4):
+  the culprit named with no other rank paged, the right phase or kernel, the first page
+  within 2 windows of onset (3 for drift);
+* the older scenarios on their 64-rank layouts.
+
+``--quick`` (a few minutes, for tuning): 256-rank layouts (dp 8, half of dense512), 40
+steps per scenario, kernels only where the fault is a kernel's, old scenarios over 60 steps.
+``--legacy`` runs the older parts (L3 speed, the array path's check, healthy and scenarios
+on the old model at 64/512/4,096 ranks).
 """
 
 from __future__ import annotations
@@ -44,7 +51,7 @@ from argus.sim.model import TimingModel
 from argus.sim.simulate import STEP_GAP_MS, T0_NS
 from argus.streams.pipeline_config import PipelineConfig
 
-SCENARIOS = (
+SCENARIOS: tuple[str, ...] = (
     "compute-straggler",
     "link-degradation",
     "pp-stage-straggler",
@@ -153,7 +160,9 @@ def array_diagnose(
                     steps=steps[ws : s + 1],
                     phases=tuple(phases[j].name for j in cols),
                     stream_kinds=tuple(phases[j].stream_kind for j in cols),
-                    durations_ns=D[np.ix_(idx, np.arange(D.shape[1]), cols)],
+                    durations_ns=D[
+                        np.ix_(idx, np.arange(D.shape[1]), np.asarray(cols, dtype=np.int64))
+                    ],
                     start_ns=int(s_ns[ws]),
                     end_ns=int(e_ns[s]),
                     iter_ns=IT[idx],
@@ -312,7 +321,7 @@ def _ranks_steps(text: str) -> dict[int, int]:
     return out
 
 
-def main() -> None:
+def legacy_main(argv: list[str]) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="64 and 512 ranks only, fewer steps")
     ap.add_argument("--only", default="", help="comma-separated scenarios (skips the rest)")
@@ -323,7 +332,7 @@ def main() -> None:
         help="only the healthy part, L3 with kernels over these steps per size "
         "(e.g. 64:1000,512:200); L1 + L2 over max(1,000, those steps)",
     )
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     t = time.strftime("%Y-%m-%d %H:%M")
     print(f"bench_detectors  {t}  python {sys.version.split()[0]}  cpus {os.cpu_count()}")
     if args.healthy_only:
@@ -341,6 +350,148 @@ def main() -> None:
         bench_healthy(sizes, 300 if args.quick else 1000, l3_steps)
     l3_faulty = {64: 40, 512: 30, 4096: 20} if not args.quick else {64: 40, 512: 20}
     bench_scenarios(sizes, 100 if args.quick else 200, l3_faulty)
+
+
+# -- issue 18: pages on production-hard jobs -----------------------------------------------------
+
+HEALTHY = ("mega-noise", "mega-jitter", "mega-uneven", "mega-checkpoint", "mega-hiccups")
+FAULTY = (
+    "mega-gemm-gpu",
+    "mega-gemm-kernel",
+    "mega-data-stall",
+    "mega-slow-nic",
+    "mega-thermal-drift",
+    "mega-two-stragglers",
+    "mega-moe-expert",
+    "mega-rank-stops",
+)
+KERNEL_FAULTS = ("mega-gemm-gpu", "mega-gemm-kernel", "mega-moe-expert", "mega-slow-nic")
+OLD = (
+    "compute-straggler",
+    "link-degradation",
+    "pp-stage-straggler",
+    "jit-stalls",
+    "masked-compute-straggler",
+    "thermal-throttle",
+    "noisy-neighbour",
+)
+
+_HEAD = (
+    f"{'scenario':26s} {'ranks':>5s} {'steps':>5s} {'k':1s} {'pages':>5s} {'bad':>4s} "
+    f"{'fp/1k':>6s} {'found':5s} {'what':4s} {'prec':>5s} {'rec':>5s} {'delay':>5s} "
+    f"{'pass':4s} {'secs':>5s}  why"
+)
+
+
+def run_one(
+    name: str, ranks: int | None, steps: int, kernels: bool, seed: int, layout: str | None = None
+) -> tuple[Any, Any]:
+    from argus.sim.evaluate import run_engine_on, score_pages
+
+    run = SimRun.make(name, ranks=ranks, layout=layout, steps=steps, seed=seed, kernels=kernels)
+    er = run_engine_on(run)
+    return score_pages(er, run.truth_dict(), run.layout), er
+
+
+def _row(sc: Any, ranks: int, kernels: bool, secs: float) -> str:
+    d = "-" if sc.delay_windows is None else str(sc.delay_windows)
+    return (
+        f"{sc.scenario:26s} {ranks:5d} {sc.steps:5d} {'k' if kernels else '-'} {sc.pages:5d} "
+        f"{sc.pages_healthy:4d} {sc.false_per_1000:6.1f} {sc.found!s:5s} {sc.what_ok!s:4s} "
+        f"{_fmt(sc.precision)} {_fmt(sc.recall)} {d:>5s} {'PASS' if sc.passed else 'fail':4s} "
+        f"{secs:5.0f}  {sc.why}"
+    )
+
+
+def bench_pages(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Run the chosen scenarios, print the table and the pages on healthy ranks."""
+    only = set(filter(None, args.only.split(",")))
+    rows: list[dict[str, Any]] = []
+    plan: list[tuple[str, int, int, bool, int]] = []  # name, ranks, steps, kernels, seed
+    kern = {"on": True, "off": False}
+    for size, hsteps in ((s, args.healthy_steps) for s in args.sizes):
+        if size == 2048:
+            hsteps = args.steps_2048
+        for i, name in enumerate(HEALTHY):
+            plan.append((name, size, hsteps, kern.get(args.kernels, False), args.seed + i))
+    for name in FAULTY:
+        k = kern.get(args.kernels, name in KERNEL_FAULTS)
+        plan.append((name, args.sizes[0], args.steps, k, args.seed))
+    if args.old_steps:
+        for name in OLD:
+            plan.append((name, 64, args.old_steps, name == "link-degradation", args.seed))
+    if only:
+        plan = [p for p in plan if p[0] in only]
+    print(_HEAD)
+    per_size: dict[int, list[int]] = {}
+    details: list[str] = []
+    for name, ranks, steps, k, seed in plan:
+        t0 = time.perf_counter()
+        sc, _er = run_one(name, ranks, steps, k, seed)
+        secs = time.perf_counter() - t0
+        print(_row(sc, ranks, k, secs), flush=True)
+        if sc.healthy and name.startswith("mega-"):
+            acc = per_size.setdefault(ranks, [0, 0])
+            acc[0] += sc.pages
+            acc[1] += steps
+        if sc.false_pages:
+            details.append(f"{name} @{ranks}: " + "; ".join(sc.false_pages))
+        rows.append(
+            {"ranks": ranks, "kernels": k, "seed": seed, "secs": round(secs, 1), **sc.to_dict()}
+        )
+    for ranks, (pages, steps) in sorted(per_size.items()):
+        print(
+            f"healthy @{ranks} ranks: {pages} pages over {steps} steps = "
+            f"{pages / max(steps, 1) * 1000:.1f} per 1,000 steps (bar 0)"
+        )
+    if details:
+        print("pages on healthy ranks (window, levels, group kind, ranks, phase; first 12 each):")
+        for line in details:
+            print("  " + line)
+    return rows
+
+
+def main() -> None:
+    if "--legacy" in sys.argv:
+        legacy_main([a for a in sys.argv[1:] if a != "--legacy"])
+        return
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="256 ranks, 40 steps (minutes)")
+    ap.add_argument("--full", action="store_true", help="512 and 2,048 ranks (about an hour)")
+    ap.add_argument("--only", default="", help="comma-separated scenarios")
+    ap.add_argument("--sizes", default="", help="comma-separated world sizes (256, 512, 2048)")
+    ap.add_argument("--steps", type=int, default=0, help="steps per faulty scenario")
+    ap.add_argument("--healthy-steps", type=int, default=0, help="steps per healthy variant")
+    ap.add_argument("--steps-2048", type=int, default=40, help="steps per healthy variant @2048")
+    ap.add_argument(
+        "--old-steps", type=int, default=-1, help="steps of the old scenarios (0: skip)"
+    )
+    ap.add_argument("--kernels", choices=("auto", "on", "off"), default="auto")
+    ap.add_argument("--seed", type=int, default=11)
+    ap.add_argument("--json", default="", help="write the rows to this file")
+    args = ap.parse_args()
+    if args.full:
+        sizes, steps, hsteps, old = [512, 2048], 100, 200, 200
+    elif args.quick:
+        sizes, steps, hsteps, old = [256], 40, 40, 60
+    else:
+        sizes, steps, hsteps, old = [512], 100, 200, 200
+    args.sizes = [int(x) for x in args.sizes.split(",")] if args.sizes else sizes
+    args.steps = args.steps or steps
+    args.healthy_steps = args.healthy_steps or hsteps
+    args.old_steps = old if args.old_steps < 0 else args.old_steps
+    t = time.strftime("%Y-%m-%d %H:%M")
+    print(
+        f"bench_detectors  {t}  python {sys.version.split()[0]}  cpus {os.cpu_count()}  "
+        f"sizes {args.sizes}  steps {args.steps} (healthy {args.healthy_steps}, "
+        f"@2048 {args.steps_2048})  kernels {args.kernels}  seed {args.seed}"
+    )
+    rows = bench_pages(args)
+    if args.json:
+        import json
+
+        with open(args.json, "w") as fh:
+            json.dump(rows, fh, indent=1, default=str)
 
 
 if __name__ == "__main__":

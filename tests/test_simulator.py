@@ -35,7 +35,8 @@ def test_scenarios_that_need_dimensions_say_so() -> None:
         SimRun.make("pp-stage-straggler", layout="dp=8,tp=2")
     with pytest.raises(LayoutError, match="unknown scenario"):
         SimRun.make("nope")
-    assert "healthy" in scenario_names() and len(scenario_names()) == 8
+    old = {"healthy", "compute-straggler", "link-degradation", "pp-stage-straggler", "jit-stalls"}
+    assert old <= set(scenario_names()) and "mega-noise" in scenario_names()
 
 
 def _records(name: str, **kw):
@@ -54,7 +55,8 @@ def test_records_match_the_wire_schemas_and_keys() -> None:
     assert len(steps) == len(kern) == 16 * 6
     for suffix, key, rec in recs[:40] + recs[-40:]:
         name = "step_record" if suffix == "raw.steps" else "kernel_batch"
-        assert codec.decode_as(name, codec.encode(name, rec)) == rec
+        dec = codec.decode_as(name, codec.encode(name, rec))
+        assert {k: dec[k] for k in rec} == rec  # fields added later decode to defaults
         assert key == f"{rec['job']}/{rec['rank']}"
     # event time moves forward step by step
     starts = sorted({r["start_ns"] for r in steps})
@@ -184,7 +186,8 @@ def test_write_avro_many_blocks_read_back_whole(tmp_path: Path) -> None:
             assert sum(1 for _ in fastavro.block_reader(fh)) > 2, fname
         with open(tmp_path / fname, "rb") as fh:
             got = list(fastavro.reader(fh))
-        assert got == [rec for s, _key, rec in records if s == suffix], fname
+        want = [rec for s, _key, rec in records if s == suffix]
+        assert [{k: g[k] for k in w} for g, w in zip(got, want, strict=True)] == want, fname
 
 
 def test_write_avro_failure_leaves_no_truncated_file(tmp_path: Path) -> None:

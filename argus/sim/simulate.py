@@ -18,10 +18,13 @@ from typing import Any
 
 import numpy as np
 
+from argus.schemas.arrays import pack
 from argus.sim.kernels import kernel_batch_records
 from argus.sim.layout import Layout, LayoutError
+from argus.sim.mega import STREAMS as MEGA_STREAMS
+from argus.sim.mega import MegaModel, host_of
 from argus.sim.model import TimingModel
-from argus.sim.scenarios import GroundTruth, Scenario, build
+from argus.sim.scenarios import GroundTruth, Scenario, build, default_layout
 
 __all__ = [
     "STEP_GAP_MS",
@@ -67,6 +70,8 @@ class SimRun:
     ) -> SimRun:
         if isinstance(layout, str):
             layout = Layout.parse(layout)
+        if layout is None:
+            layout = default_layout(scenario, ranks)
         if layout is None:
             layout = Layout.for_ranks(ranks or 64)
         elif ranks is not None and ranks != layout.world:
@@ -123,6 +128,9 @@ def simulate(
             scenario, ranks=ranks, layout=layout, steps=steps, seed=seed, job=job, kernels=kernels
         )
     )
+    if run.scenario.noise is not None:
+        yield from _simulate_mega(run)
+        return
     lay = run.layout
     model = TimingModel(lay, run.scenario.faults, seed=run.seed)
     krng = np.random.default_rng([run.seed, 11])
@@ -157,15 +165,7 @@ def simulate(
                     "host": hosts[r],
                     "coords": coords[r],
                     "phases": phases,
-                    "collector": {
-                        "overhead_ns": 0,
-                        "dropped_records": 0,
-                        "dropped_bytes": 0,
-                        "errors": 0,
-                        "queue_depth": 0,
-                        "backed_off": False,
-                        "kernels": bool(run.kernels and s % run.kernel_every == 0),
-                    },
+                    "collector": _collector(bool(run.kernels and s % run.kernel_every == 0)),
                 },
             )
         step_end = int(end_ns.max())
@@ -182,6 +182,110 @@ def simulate(
                 kernel_ms=st.kernel_ms,
             ):
                 yield ("raw.kernels", keys[int(rec["rank"])], rec)  # type: ignore[call-overload]
+        t_ns = step_end + int(STEP_GAP_MS * 1e6)
+
+
+def _collector(kernels: bool) -> dict[str, Any]:
+    return {
+        "overhead_ns": 0,
+        "dropped_records": 0,
+        "dropped_bytes": 0,
+        "errors": 0,
+        "queue_depth": 0,
+        "backed_off": False,
+        "kernels": kernels,
+    }
+
+
+def _simulate_mega(run: SimRun) -> Iterator[tuple[str, str, dict[str, Any]]]:
+    """:func:`simulate` for the ``mega-*`` scenarios (:class:`~argus.sim.mega.MegaModel`).
+
+    Per step: the step records of the reporting ranks (rank order), then their kernel
+    batches (when ``run.kernels`` and the step is a kernel step). All ranks start a step at
+    the same event time; the next step starts after the latest end.
+    """
+    assert run.scenario.noise is not None
+    lay = run.layout
+    model = MegaModel(lay, run.scenario.noise, run.scenario.mega_faults, seed=run.seed)
+    coords = [lay.coords(r) for r in range(lay.world)]
+    hosts = [host_of(r) for r in range(lay.world)]
+    keys = [f"{run.job}/{r}" for r in range(lay.world)]
+    streams = [{"id": k, "kind": v[0], "label": v[1]} for k, v in MEGA_STREAMS.items()]
+    t_ns = T0_NS
+    for s in range(run.steps):
+        st = model.step(s)
+        with_k = bool(run.kernels and s % run.kernel_every == 0)
+        end_ns = t_ns + (st.end_ms * 1e6).astype(np.int64)
+        step_end = int(end_ns.max())
+        recs: list[tuple[int, dict[str, Any]]] = []
+        kbs: list[tuple[int, dict[str, Any]]] = []
+        for b in st.blocks:
+            p_start = (t_ns + b.phase_start * 1e6).astype(np.int64).tolist()
+            p_dur = np.maximum(b.phase_dur * 1e6, 0).astype(np.int64).tolist()
+            meta = list(zip(b.phase_names, b.phase_kinds, strict=True))
+            if with_k:
+                k_start = (t_ns + b.kernel_start * 1e6).astype(np.int64)
+                k_dur = np.maximum(b.kernel_dur * 1e6, 1).astype(np.int64)
+                name_idx = pack(b.kernel_name, "uint32")
+                stream = pack(b.kernel_stream, "uint32")
+            for i, r in enumerate(b.ranks.tolist()):
+                if not st.reporting[r]:
+                    continue
+                phases = [
+                    {
+                        "name": n,
+                        "stream_kind": k,
+                        "start_ns": a,
+                        "duration_ns": d,
+                        "timer": "cpu" if k == "host" else "cuda_event",
+                    }
+                    for (n, k), a, d in zip(meta, p_start[i], p_dur[i], strict=True)
+                ]
+                recs.append(
+                    (
+                        r,
+                        {
+                            "job": run.job,
+                            "rank": r,
+                            "step": s,
+                            "start_ns": int(t_ns),
+                            "end_ns": int(end_ns[r]),
+                            "host": hosts[r],
+                            "coords": coords[r],
+                            "phases": phases,
+                            "collector": _collector(with_k),
+                        },
+                    )
+                )
+                if with_k:
+                    kbs.append(
+                        (
+                            r,
+                            {
+                                "job": run.job,
+                                "rank": r,
+                                "window_id": s,
+                                "window_start_ns": int(t_ns),
+                                "window_end_ns": step_end,
+                                "host": hosts[r],
+                                "coords": coords[r],
+                                "source": "simulator",
+                                "names": model.names,
+                                "name_idx": name_idx,
+                                "stream": stream,
+                                "start_ns": pack(k_start[i], "int64"),
+                                "duration_ns": pack(k_dur[i], "int64"),
+                                "streams": streams,
+                                "dropped": 0,
+                            },
+                        )
+                    )
+        recs.sort(key=lambda x: x[0])
+        for r, rec in recs:
+            yield ("raw.steps", keys[r], rec)
+        kbs.sort(key=lambda x: x[0])
+        for r, rec in kbs:
+            yield ("raw.kernels", keys[r], rec)
         t_ns = step_end + int(STEP_GAP_MS * 1e6)
 
 
