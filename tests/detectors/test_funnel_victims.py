@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from argus.collectors.topology import Layout, layout_coords
 from argus.detectors import funnel
 from argus.detectors.findings import Finding
 from argus.detectors.funnel.join import _coords, _peers
@@ -25,6 +26,7 @@ def _late(rank: int, group: tuple[str, str], w=(0, 9)) -> Finding:
     return l2((rank,), group, phase="expert_grad_sync", role="late_arrival", w=w, z=60.0)
 
 
+LAYOUT = Layout(dp=32, tp=2, pp=4, ep=4)
 # 1,024-rank layout (dp=32, tp=2, pp=4, ep=4): rank 640 is pp2.tp0.dp20.ep0, 646 its EP peer
 # (ep3); they share the EP group pp2.tp0.dp20 and the DP group pp2.tp0, not an EDP group
 STRAGGLER = l2((640,), ("dp", "pp2.tp0"), z=60.0)
@@ -74,12 +76,17 @@ def test_a_tp_partner_late_into_the_next_collective_is_a_victim() -> None:
 
 
 def test_waiting_no_straggler_shares_a_group_with_is_its_own_culprit_and_pages() -> None:
-    # a straggler at another stage *and* TP rank shares no comparison group with rank 646
-    other = l2((300,), ("dp", "pp1.tp1"), z=60.0)
-    cs = funnel.join([other, PEER_LATE])
+    # a straggler at another stage in another model replica (dp 5; rank 646 is dp 16) shares
+    # no comparison group with rank 646, nor a replica its delay could travel through
+    other = l2((300,), ("dp", "pp1.tp0"), z=60.0)
+    coords = {r: layout_coords(LAYOUT, r) for r in (300, 646)}
+    cs = funnel.join([other, PEER_LATE], coords=coords)
     assert sorted(c.ranks for c in cs) == [(300,), (646,)]
-    _st, out = funnel.step(funnel.FunnelState(), [other, PEER_LATE])
+    _st, out = funnel.step(funnel.FunnelState(), [other, PEER_LATE], coords=coords)
     assert sorted(tuple(a["ranks"]) for a in out.alerts) == [(300,), (646,)]
+    # without coordinates, the dp index of neither is known: the straggler's replica may
+    # hold rank 646 (unknown dimensions do not separate ranks)
+    assert [c.ranks for c in funnel.join([other, PEER_LATE])] == [(300,)]
 
 
 def test_slow_collective_without_a_straggler_still_pages() -> None:

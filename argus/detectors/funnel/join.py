@@ -182,6 +182,37 @@ def _peers(a: Mapping[str, int], b: Mapping[str, int], groups: Mapping[str, Sequ
     return any(diff <= set(v) for k, v in groups.items() if k != "job")
 
 
+def _replica_dims(groups: Mapping[str, Sequence[str]]) -> frozenset[str]:
+    """Dimensions of one model replica: those varied by a group kind that keeps the
+    data-parallel index ``dp`` fixed (by default ``tp``, ``pp``, ``ep``, ``cp``; a custom kind
+    without ``dp`` adds its dimensions). Ranks differing only in these exchange data every
+    micro-batch (TP all-reduces, pipeline p2p, MoE all-to-all), so one rank's delay reaches
+    the whole replica within the step."""
+    return frozenset(d for k, v in groups.items() if k != "job" and "dp" not in v for d in v)
+
+
+def _reachable(
+    a: Mapping[str, int], b: Mapping[str, int], groups: Mapping[str, Sequence[str]]
+) -> bool:
+    """A rank at ``a`` can be waiting that descends from a straggler at ``b`` (or the reverse):
+    its delay travels along the layout's communication graph.
+
+    True when they are :func:`_peers` (one comparison group: the straggler's TP partners,
+    pipeline neighbours, EP peers, DP/EDP replicas, who wait for it directly), or when they
+    differ only in the dimensions of one model replica (:func:`_replica_dims`): a 1F1B
+    pipeline passes a stage's delay to every stage of its pipeline, each stage's TP group
+    waits with it, EP peers pass it to their pipelines, and all of that replica's ranks then
+    arrive late at their own stage's gradient sync (DP/EDP), a group the straggler is not in.
+    A DP replica of a replica member is *not* reachable (after the gradient sync every
+    replica starts the next step together): it would make every rank reachable. Unknown
+    dimensions do not separate ranks.
+    """
+    if _peers(a, b, groups):
+        return True
+    diff = {d for d in a.keys() & b.keys() if a[d] != b[d]}
+    return diff <= _replica_dims(groups)
+
+
 def _waiting(f: Finding) -> bool:
     """A victim's symptom: late into a collective (L2), or one rank's collective kernel (L3)."""
     if f.level == "L2":
@@ -196,11 +227,41 @@ def _core_ranks(cl: Sequence[Finding]) -> set[int]:
     }
 
 
+def _rank_coords(
+    window: Sequence[Finding], known: Mapping[int, Mapping[str, int]] | None = None
+) -> dict[int, dict[str, int]]:
+    """Coordinates of every rank an L2/L3 finding of ``window`` names: what the group ids
+    naming it fix (:func:`_coords`), overridden by ``known`` (rank -> ``{dim: index}``, e.g.
+    the step records' ``coords``) where the caller has them."""
+    groups_of_rank: dict[int, set[str]] = {}
+    for f in window:
+        if f.level in ("L2", "L3"):
+            for r in f.ranks:
+                groups_of_rank.setdefault(r, set()).add(f.group_id)
+    out = {r: _coords(gs) for r, gs in groups_of_rank.items()}
+    for r, c in (known or {}).items():
+        if r in out:
+            out[r] = {**out[r], **_dims_of(c)}
+    return out
+
+
+def _dims_of(c: Mapping[str, int]) -> dict[str, int]:
+    """``{dim: index}`` from ``{"tp": 1}`` or the wire's ``{"tp_rank": 1, "tp_size": 2}``
+    (sizes are ignored)."""
+    out: dict[str, int] = {}
+    for k, v in c.items():
+        d = k[:-5] if k.endswith("_rank") else k
+        if d in DIMS:
+            out[d] = int(v)
+    return out
+
+
 def _attach_waiting(
     waiting: Sequence[Finding],
     hosts: Sequence[list[Finding]],
     window: Sequence[Finding],
     groups: Mapping[str, Sequence[str]],
+    known: Mapping[int, Mapping[str, int]] | None = None,
 ) -> list[Finding]:
     """Attach each waiting finding to the slow culprit that explains it; return the others.
 
@@ -211,9 +272,11 @@ def _attach_waiting(
 
     1. an L2 compute straggler sharing a rank with the finding (its ranks include the
        waiting already attached to it);
-    2. an L2 compute straggler that is a peer of a rank the finding names (:func:`_peers`:
+    2. an L2 compute straggler *reachable* from a rank the finding names (:func:`_reachable`:
        they share a comparison group, where the waiting rank waited for it, then was late
-       into the next collective);
+       into the next collective; or they sit in one model replica, along whose TP, pipeline
+       and EP collectives the delay travelled before the replica arrived late at its
+       gradient sync);
     3. a slow-kernel (L3-only) culprit: L3 waiting sharing a rank or a peer; an L2 late
        arrival only when it names all the culprit's ranks (one random L3 flag among many
        ranks does not explain a rank late into a collective).
@@ -227,12 +290,7 @@ def _attach_waiting(
 
     l2 = sorted((h for h in hosts if _compute_ranks(h)), key=strength)
     l3 = sorted((h for h in hosts if not _compute_ranks(h)), key=strength)
-    groups_of_rank: dict[int, set[str]] = {}
-    for f in window:
-        if f.level in ("L2", "L3"):
-            for r in f.ranks:
-                groups_of_rank.setdefault(r, set()).add(f.group_id)
-    coords = {r: _coords(gs) for r, gs in groups_of_rank.items()}
+    coords = _rank_coords(window, known)
     core = {id(h): _core_ranks(h) for h in hosts}
     ranks = {id(h): {r for f in h for r in f.ranks} for h in hosts}  # grows as waiting joins
 
@@ -246,6 +304,13 @@ def _attach_waiting(
             for s in core[id(h)]
         )
 
+    def reaches(f: Finding, h: list[Finding]) -> bool:
+        return any(
+            _reachable(coords.get(w, {}), coords.get(s, {}), groups)
+            for w in f.ranks
+            for s in core[id(h)]
+        )
+
     def l3_explains(f: Finding, h: list[Finding]) -> bool:
         if f.level == "L3":
             return shares(f, h) or peers(f, h)
@@ -253,7 +318,7 @@ def _attach_waiting(
 
     rules = (
         (l2, shares),
-        (l2, peers),
+        (l2, reaches),
         (l3, l3_explains),
     )
     pending = list(waiting)
@@ -278,7 +343,9 @@ def _attach_waiting(
 
 
 def join(
-    findings: Sequence[Finding], groups: Mapping[str, Sequence[str]] = DEFAULT_GROUPS
+    findings: Sequence[Finding],
+    groups: Mapping[str, Sequence[str]] = DEFAULT_GROUPS,
+    coords: Mapping[int, Mapping[str, int]] | None = None,
 ) -> list[Culprit]:
     """Join one window's findings into culprits.
 
@@ -288,6 +355,10 @@ def join(
         L1, L2 and L3 findings of one window (several jobs are kept apart).
     groups : mapping
         Group kind -> dimensions it varies (``Routing.groups``): who are peers.
+    coords : mapping, optional
+        Rank -> ``{dim: index}`` (``tp``, ``cp``, ``ep``, ``dp``, ``pp``; or the step records'
+        ``coords``, ``{"tp_rank": .., "tp_size": ..}``) where the caller knows them; otherwise a rank's coordinates are what the group ids
+        of the findings naming it fix, and unknown dimensions do not separate ranks.
 
     Returns
     -------
@@ -306,8 +377,9 @@ def join(
        strongest straggler (waiting propagates through collectives).
     3. L2 late arrivals (a rank short in a collective) and L3 divergences of collective
        kernels on single ranks are *propagated* waiting when a culprit slow itself explains
-       them: a compute straggler sharing their ranks or sharing a comparison group with
-       them (:func:`_attach_waiting`); they are its victims (evidence, not culprits).
+       them: a compute straggler sharing their ranks, sharing a comparison group with
+       them, or in the same model replica (:func:`_attach_waiting`, :func:`_reachable`);
+       they are its victims (evidence, not culprits).
        Waiting nothing explains is a culprit itself (a rank late for a reason no phase
        measured, a slow collective).
     4. L1 windows attach to every culprit whose window they overlap; unexplained L1 windows
@@ -371,7 +443,7 @@ def join(
                 host.extend(by_group.pop(gkey))
         # rule 3: waiting (late arrivals, one rank's collective kernels) goes to the straggler
         # it is explained by; what nothing explains is a culprit of its own
-        rest = _attach_waiting([*late, *k3_coll], with_compute, fs, groups)
+        rest = _attach_waiting([*late, *k3_coll], with_compute, fs, groups, coords)
         for cl in _union(rest):
             ranks = {r for f in cl for r in f.ranks}
             host = None

@@ -18,7 +18,8 @@ from argus.detectors.funnel.join import (
     Culprit,
     _compute_ranks,
     _coords,
-    _peers,
+    _rank_coords,
+    _reachable,
     _waiting,
     join,
 )
@@ -109,6 +110,7 @@ def step(
     cfg: FunnelConfig | None = None,
     *,
     groups: Mapping[str, Sequence[str]] = DEFAULT_GROUPS,
+    coords: Mapping[int, Mapping[str, int]] | None = None,
 ) -> tuple[FunnelState, FunnelOutput]:
     """Advance the funnel by one window.
 
@@ -123,6 +125,8 @@ def step(
     groups : mapping
         Group kind -> the dimensions it varies: the routing's (``Routing.groups``), so a
         custom ``[detectors.routing.groups]`` kind makes its ranks peers (victim rule).
+    coords : mapping, optional
+        Rank -> ``{dim: index}`` where the caller knows them (see :func:`join`).
 
     Returns
     -------
@@ -135,10 +139,13 @@ def step(
     verdicts: list[Verdict] = []
     alerts: list[dict[str, Any]] = []
     seen: set[str] = set()
-    culprits_now = join(findings, groups)
+    culprits_now = join(findings, groups, coords)
     # stragglers of this window and the previous one (a window edge may split a straggler
-    # from its victims): a victim culprit in their groups does not page
-    straggling = [_coords(_straggler_groups(c)) for c in culprits_now if _compute_ranks(c.findings)]
+    # from its victims): waiting reachable from them (:func:`_reachable`) does not page
+    rank_coords = _rank_coords(findings, coords)
+    straggling = [
+        rank_coords.get(r, {}) for c in culprits_now for r in sorted(_compute_ranks(c.findings))
+    ]
     straggling += [
         _coords(cs.groups)
         for cs in state.culprits.values()
@@ -164,7 +171,7 @@ def step(
         if (
             conf >= cfg.trigger_confidence
             and not _waiting_only(c)
-            and not _explained_victim(c, straggling, groups)
+            and not _explained_victim(c, straggling, groups, rank_coords)
             and (pers >= cfg.l3_only_persistence or not _l3_only(c))
         ):
             new_sig = _raise_to(sig, v)
@@ -237,21 +244,24 @@ def _straggler_groups(c: Culprit) -> tuple[str, ...]:
 
 
 def _explained_victim(
-    c: Culprit, straggling: Sequence[Mapping[str, int]], groups: Mapping[str, Sequence[str]]
+    c: Culprit,
+    straggling: Sequence[Mapping[str, int]],
+    groups: Mapping[str, Sequence[str]],
+    rank_coords: Mapping[int, Mapping[str, int]],
 ) -> bool:
     """The culprit's only evidence is waiting (late arrivals, one rank's collective kernels)
-    of ranks that are peers (:func:`_peers`) of a compute straggler (``straggling``: its
-    coordinates): the straggler's victim, reported but not paged. Waiting that no straggler
+    of ranks reachable (:func:`_reachable`: a comparison group, or one model replica) from a
+    compute straggler of this window or the previous one (``straggling``: coordinates of its
+    ranks): the straggler's victim, reported but not paged. Waiting that no straggler
     explains (a rank late on its own, a slow collective or link) still pages.
     """
     fs = [f for f in c.findings if f.level != "L1"]
     if not fs or not all(_waiting(f) for f in fs):
         return False
-    groups_of_rank: dict[int, set[str]] = {}
-    for f in fs:
-        for r in f.ranks:
-            groups_of_rank.setdefault(r, set()).add(f.group_id)
-    return any(_peers(_coords(gs), s, groups) for gs in groups_of_rank.values() for s in straggling)
+    ranks = {r for f in fs for r in f.ranks}
+    return any(
+        _reachable(rank_coords.get(r, {}), s, groups) for r in sorted(ranks) for s in straggling
+    )
 
 
 _SEVERITIES = ("warning", "error", "critical")
