@@ -248,12 +248,15 @@ def _load(path: Path) -> Any:
         raise TraceError(path, f"truncated gzip stream ({exc})") from exc
     except (OSError, zlib.error) as exc:
         raise TraceError(path, f"cannot read ({exc})") from exc
+    if not raw.strip():
+        raise TraceError(path, "empty file")
     try:
         return json.loads(raw)
     except UnicodeDecodeError as exc:
         raise TraceError(path, f"not UTF-8 JSON ({exc})") from exc
     except json.JSONDecodeError as exc:
-        what = "truncated JSON" if exc.pos >= len(raw) - 1 else "malformed JSON"
+        cut = exc.msg.startswith("Unterminated") or not raw.rstrip().endswith((b"}", b"]"))
+        what = "truncated JSON (the file ends inside the document)" if cut else "malformed JSON"
         raise TraceError(
             path, f"{what} at line {exc.lineno} column {exc.colno}: {exc.msg}"
         ) from exc
