@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -247,3 +249,18 @@ def test_engine_run_through_argus_diagnose_semantics() -> None:
     sc = score_pages(er, run.truth_dict(), run.layout)
     assert sc.scenario == "mega-data-stall" and sc.steps == 12
     assert sc.pages == sum(1 for a in er.alerts if a["action"] == "trigger")
+
+
+KINETO = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "kineto"
+
+
+@pytest.mark.skipif(not KINETO.is_dir(), reason="the shared Kineto traces are not here")
+def test_calibration_measures_real_kernel_spread() -> None:
+    """The figures docs/simulator.md quotes for the single-rank ns-resolution trace."""
+    from argus.sim.calibrate import kernel_spread
+
+    s = kernel_spread(next(KINETO.glob("ns_resolution_trace_rank-0*.json.gz")), min_us=50)
+    assert (s.steps, s.names) == (5, 44)
+    assert 0.002 < s.launch_cv[1] < 0.008 and s.over_2x == 0.0
+    with pytest.raises(ValueError, match="profiler steps"):
+        kernel_spread(next(KINETO.glob("cpu_only*.json.gz")))
