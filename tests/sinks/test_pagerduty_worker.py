@@ -477,3 +477,84 @@ def test_bad_settings_name_the_key() -> None:
     ]:
         with pytest.raises(ConfigError, match=match):  # when the settings load, named
             PagerDutyConfig.from_settings(load_settings(env={**env, **over}), env=env)
+
+
+def _json_in_strings(obj: Any, path: str = "") -> list[str]:
+    """Paths of string values that hold a JSON list or object (issue 20: none allowed)."""
+    if isinstance(obj, dict):
+        return [p for k, v in obj.items() for p in _json_in_strings(v, f"{path}.{k}")]
+    if isinstance(obj, list):
+        return [p for i, v in enumerate(obj) for p in _json_in_strings(v, f"{path}[{i}]")]
+    if isinstance(obj, str) and obj[:1] in "[{":
+        try:
+            json.loads(obj)
+        except ValueError:
+            return []
+        return [path]
+    return []
+
+
+@pytest.mark.kafka
+def test_oncall_reads_the_trigger_culprit_hosts_start_drilldown(
+    kafka: Settings, topic_prefix: str, pd: FakePagerDuty
+) -> None:
+    """The trigger as an on-call engineer reads it: the summary names the faulty group, its
+    ranks and hosts, what is slow, how much and since when (ISO); custom_details are
+    objects (no JSON in strings), victims are not members of the culprit, the drill-down
+    command is ready to paste, and the report link points at this alert."""
+    from argus.collectors.topology import Layout, Topology, layout_coords, topology_records
+    from tests.detectors.test_funnel_render import group_culprit
+
+    s = dataclasses.replace(kafka, topic_prefix=topic_prefix)
+    codec = Codec()
+    alert = group_culprit().to_alert("trigger")  # the funnel's own record
+    layout = Layout(dp=2, tp=2, pp=2, ep=8)
+    jobs = Producer(s.kafka_config())
+    for r in range(64):  # what each rank's collectors publish when they start
+        host = f"node{r // 8:04d}"
+        topo = Topology(r, 64, r % 8, host, 1000 + r, layout_coords(layout, r), layout)
+        for key, rec in topology_records("llm", topo, 1, "test"):
+            jobs.produce(topic_name("jobs", topic_prefix), codec.encode("job_topology", rec), key)
+    assert jobs.flush(15) == 0
+    produce(s, topic_name("alerts", topic_prefix), [codec.encode("alert", alert)])
+    cfg = sink_config(s, pd.url, report_url="https://ops.example/argus/{job}?around={dedup_key}")
+    t, stop, stats, errors = run_in_thread(s, cfg, max_messages=1)
+    t.join(60)
+    stop.set()
+    assert not t.is_alive() and not errors, (pd.seen(), errors)
+    assert [r.status for r in pd.received] == [202], pd.seen()
+    body = pd.received[0].body
+    assert v2_errors(body) == []
+    p = body["payload"]
+    # the first words name the culprit: group, member ranks, hosts
+    assert p["summary"].startswith(
+        "edp group pp1.tp0.ep3 (ranks 38,46,54,62, hosts node0004,node0005,node0006,node0007):"
+        " collective/kernel ncclReduceScatter slow for the whole group, 5.33x the other edp"
+        " groups, since 2026-05-28T20:20:06Z;"
+    ), p["summary"]
+    cd = p["custom_details"]
+    assert _json_in_strings(cd) == []
+    assert cd["culprit"]["ranks"] == [38, 46, 54, 62]
+    assert cd["culprit"]["hosts"] == ["node0004", "node0005", "node0006", "node0007"]
+    assert cd["culprit"]["rank_hosts"]["54"] == "node0006"
+    assert cd["culprit"]["since"] == "2026-05-28T20:20:06Z"
+    assert cd["culprit"]["ratio_to_peers"] == pytest.approx(5.329, abs=1e-3)
+    assert cd["victims"] == [12] and not set(cd["victims"]) & set(cd["culprit"]["ranks"])
+    assert cd["evidence"]["findings"][0]["kind"] == "group_divergence"  # an object, not text
+    assert cd["evidence"]["steps"] == "50-59" and cd["evidence"]["levels"] == ["L3"]
+    assert cd["drill_down"]["report"] == f"argus report --around {alert['dedup_key']}"
+    assert cd["drill_down"]["stacks"] == f"argus stacks --around {alert['dedup_key']}"
+    assert body["links"] == [
+        {
+            "href": "https://ops.example/argus/llm?around=llm%2Fedp%2Fpp1.tp0.ep3%2F-%2FncclReduceScatter",
+            "text": "argus report: edp group pp1.tp0.ep3 (llm)",
+        }
+    ]
+    assert stats.accepted == 1
+
+
+def test_report_url_is_checked_when_the_settings_load() -> None:
+    with pytest.raises(ConfigError, match=r"report_url .*unknown placeholders \['rank'\]"):
+        sink_config(Settings(), "http://x/v2/enqueue", report_url="https://ops.example/{rank}")
+    with pytest.raises(ConfigError, match="report_url must be an http"):
+        sink_config(Settings(), "http://x/v2/enqueue", report_url="ops.example/r")

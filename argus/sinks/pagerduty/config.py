@@ -18,6 +18,7 @@ from argus.sinks.pagerduty.events import (
     PAGERDUTY_SEVERITIES,
     PagerDutyEventError,
     RetryPolicy,
+    check_report_url,
     map_severity,
 )
 
@@ -30,7 +31,9 @@ class PagerDutySettings:
 
     ``routing_key`` comes only from the environment (``ARGUS_PAGERDUTY_ROUTING_KEY``, or
     ``ARGUS_PAGERDUTY__ROUTING_KEY``), never from the file; ``group_id`` empty means
-    ``<topic prefix>.pagerduty``; ``max_attempts`` 0 retries until PagerDuty answers.
+    ``<topic prefix>.pagerduty``; ``max_attempts`` 0 retries until PagerDuty answers;
+    ``report_url`` (a template, :func:`argus.sinks.pagerduty.events.report_link`) adds a
+    ``links`` entry to each trigger.
     """
 
     events_url: str = DEFAULT_EVENTS_URL
@@ -50,6 +53,8 @@ class PagerDutySettings:
     min_severity: str = "info"
     source: str | None = None
     client_url: str | None = None
+    report_url: str | None = None
+    hosts_from_topology: bool = True
     poll_timeout_s: float = 0.5
 
     def __post_init__(self) -> None:
@@ -79,6 +84,11 @@ class PagerDutySettings:
             raise ConfigError(
                 f"pagerduty.min_severity {self.min_severity!r} is not one of {PAGERDUTY_SEVERITIES}"
             )
+        if self.report_url:
+            try:
+                check_report_url(self.report_url)
+            except ValueError as exc:
+                raise ConfigError(f"pagerduty.report_url {exc}") from None
         unknown = set(self.severity_map) - set(PAGERDUTY_SEVERITIES)
         if unknown:
             raise ConfigError(f"pagerduty.severity_map has unknown severities {sorted(unknown)}")

@@ -6,8 +6,10 @@ functions lives in :mod:`argus.sinks.pagerduty.worker`.
 
 * :func:`build_event` turns a decoded ``alert`` record (``argus/schemas/alert.avsc``) into an
   Events API v2 body: ``trigger`` with summary, source, severity, timestamp, component,
-  group, class and the funnel as ``custom_details``; ``resolve`` with only the routing key,
-  dedup key and action (what PagerDuty requires).
+  group, class, structured ``custom_details`` (the culprit with its hosts, the evidence,
+  victims, drill-down commands: objects and lists, no JSON inside strings) and ``links`` to
+  the report when a report URL is configured; ``resolve`` with only the routing key, dedup
+  key and action (what PagerDuty requires).
 * :func:`map_severity` maps argus severities onto PagerDuty's four (identity by default,
   overridable per deployment).
 * :class:`SlidingWindowLimiter` / :class:`RateLimiter`: at most ``max_events`` sends per
@@ -32,8 +34,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
+from string import Formatter
 from typing import Any
+from urllib.parse import quote
 
+from argus.detectors.funnel.render import with_hosts
 from argus.errors import ArgusError
 
 __all__ = [
@@ -48,11 +53,13 @@ __all__ = [
     "RetryPolicy",
     "SlidingWindowLimiter",
     "build_event",
+    "check_report_url",
     "encode_event",
     "map_severity",
     "pagerduty_dedup_key",
     "parse_retry_after",
     "redact",
+    "report_link",
 ]
 
 DEFAULT_EVENTS_URL = "https://events.pagerduty.com/v2/enqueue"
@@ -164,6 +171,8 @@ def build_event(
     source: str | None = None,
     client: str = "argus-trace",
     client_url: str | None = None,
+    hosts: Mapping[int, str] | None = None,
+    report_url: str | None = None,
 ) -> dict[str, Any]:
     """Events API v2 body for one alert record.
 
@@ -180,6 +189,11 @@ def build_event(
         ``payload.source``; default ``argus/<job>``.
     client, client_url : str
         Shown in the PagerDuty incident as the sending tool and a link to it.
+    hosts : mapping, optional
+        Rank -> host of the alert's job (``argus.jobs``); the culprit's go into the summary
+        and ``custom_details.culprit.hosts`` (:func:`argus.detectors.funnel.render.with_hosts`).
+    report_url : str, optional
+        Template of a link to the alert's report (:func:`report_link`); sent as ``links``.
 
     Returns
     -------
@@ -208,6 +222,8 @@ def build_event(
     if action == "resolve":
         return {"routing_key": routing_key, "event_action": "resolve", "dedup_key": key}
 
+    if hosts:
+        alert = with_hosts(alert, hosts)
     summary = str(_field(alert, "summary")).strip()
     if not summary:
         raise PagerDutyEventError("empty-summary", f"trigger {key!r} has an empty summary")
@@ -217,31 +233,44 @@ def build_event(
     levels = [str(x) for x in _field(alert, "levels")]
     kernels = [str(x) for x in alert.get("kernels") or []]
     phase = alert.get("phase")
-    details = {
-        str(k): _truncate(str(v), _MAX_DETAIL_CHARS)
-        for k, v in (alert.get("details") or {}).items()
-    }
+    ranks = [int(r) for r in _field(alert, "ranks")]
+    raw = {str(k): str(v) for k, v in (alert.get("details") or {}).items()}
+    first_seen = _iso8601(int(_field(alert, "first_seen_ns")))
+    last_seen = _iso8601(int(_field(alert, "last_seen_ns")))
     custom: dict[str, Any] = {
+        "culprit": _culprit(alert, raw, ranks, kernels, first_seen),
+        "evidence": _evidence(alert, raw, levels, first_seen, last_seen),
+        "victims": _capped(_json(raw.pop("victims", None), list) or []),
+        "drill_down": {
+            name: raw.pop(f"cmd_{name}")
+            for name in ("report", "trace", "stacks")
+            if f"cmd_{name}" in raw
+        },
+        # the flat fields of before, kept for rules that route on them
         "job": job,
         "group": f"{group_kind}/{group_id}",
-        "ranks": _capped([int(r) for r in _field(alert, "ranks")]),
+        "ranks": _capped(ranks),
         "phase": phase,
         "kernels": _capped(kernels),
         "levels": levels,
         "persistence": int(alert.get("persistence", 1)),
         "confidence": float(alert.get("confidence", 0.0)),
-        "first_seen": _iso8601(int(_field(alert, "first_seen_ns"))),
-        "last_seen": _iso8601(int(_field(alert, "last_seen_ns"))),
+        "first_seen": first_seen,
+        "last_seen": last_seen,
         "anomaly_ids": _capped([str(a) for a in alert.get("anomaly_ids") or []]),
-        "funnel": details,
+        "funnel": {k: _truncate(v, _MAX_DETAIL_CHARS) for k, v in raw.items()},
     }
+    if not custom["victims"]:
+        del custom["victims"]
+    if not custom["drill_down"]:
+        del custom["drill_down"]
     if key != alert["dedup_key"]:
         custom["argus_dedup_key"] = alert["dedup_key"]
     payload: dict[str, Any] = {
         "summary": _truncate(summary, MAX_SUMMARY_CHARS),
         "source": source or f"argus/{job}",
         "severity": map_severity(str(_field(alert, "severity")), severity_map),
-        "timestamp": _iso8601(int(_field(alert, "last_seen_ns"))),
+        "timestamp": last_seen,
         "component": phase or (kernels[0] if kernels else group_kind),
         "group": f"{group_kind}/{group_id}",
         "class": "+".join(levels) if levels else "fail-slow",
@@ -256,12 +285,124 @@ def build_event(
     }
     if client_url:
         event["client_url"] = client_url
+    if report_url:
+        event["links"] = [
+            {
+                "href": report_link(report_url, alert),
+                "text": f"argus report: {custom['culprit']['name']} ({job})",
+            }
+        ]
     if len(encode_event(event)) > MAX_PAYLOAD_BYTES:
         custom["funnel"] = {"trimmed": "evidence over PagerDuty's 512 KB limit; see argus.alerts"}
+        custom["evidence"]["findings"] = custom["evidence"]["findings"][:4]
         custom["anomaly_ids"] = custom["anomaly_ids"][:16]
         if len(encode_event(event)) > MAX_PAYLOAD_BYTES:
             raise PagerDutyEventError("too-large", f"trigger {key!r} is over 512 KB even trimmed")
     return event
+
+
+_LINK_FIELDS = ("dedup_key", "job", "from", "to")
+
+
+def report_link(template: str, alert: Mapping[str, Any]) -> str:
+    """The report URL of an alert: ``template`` with ``{dedup_key}``, ``{job}``, ``{from}``
+    and ``{to}`` (the window, ISO 8601 UTC) URL-quoted; a template without placeholders gets
+    ``?dedup_key=<key>`` (``&`` if it has a query already).
+
+    Examples
+    --------
+    >>> report_link("https://ops.example/argus/{job}?around={dedup_key}",
+    ...             {"dedup_key": "j/dp/pp0/7/mlp", "job": "j", "first_seen_ns": 0,
+    ...              "last_seen_ns": 0})
+    'https://ops.example/argus/j?around=j%2Fdp%2Fpp0%2F7%2Fmlp'
+    """
+    values = {
+        "dedup_key": str(alert.get("dedup_key", "")),
+        "job": str(alert.get("job", "")),
+        "from": _iso8601(int(alert.get("first_seen_ns", 0))),
+        "to": _iso8601(int(alert.get("last_seen_ns", 0))),
+    }
+    if not any("{" + f + "}" in template for f in _LINK_FIELDS):
+        sep = "&" if "?" in template else "?"
+        return f"{template}{sep}dedup_key={quote(values['dedup_key'], safe='')}"
+    return template.format(**{k: quote(v, safe="") for k, v in values.items()})
+
+
+def check_report_url(template: str) -> None:
+    """Raise ``ValueError`` naming what is wrong with a ``report_url`` template: not
+    http(s), or a placeholder other than ``{dedup_key}``, ``{job}``, ``{from}``, ``{to}``."""
+    if not template.startswith(("http://", "https://")):
+        raise ValueError(f"must be an http(s) URL, got {template!r}")
+    try:
+        names = {f for _, f, _, _ in Formatter().parse(template) if f is not None}
+    except ValueError as exc:
+        raise ValueError(f"{template!r}: {exc}") from None
+    bad = names - set(_LINK_FIELDS)
+    if bad:
+        raise ValueError(
+            f"{template!r} has unknown placeholders {sorted(bad)}; use {list(_LINK_FIELDS)}"
+        )
+
+
+def _json(text: str | None, kind: type) -> Any:
+    """A JSON value of ``kind`` from a detail string, or None."""
+    if text is None:
+        return None
+    try:
+        v = json.loads(text)
+    except ValueError:
+        return None
+    return v if isinstance(v, kind) else None
+
+
+def _culprit(
+    alert: Mapping[str, Any],
+    raw: dict[str, str],
+    ranks: list[int],
+    kernels: list[str],
+    first_seen: str,
+) -> dict[str, Any]:
+    """``custom_details.culprit``: who, where, what, how much slower, since when."""
+    members = _json(raw.pop("members", None), list) or ranks
+    by_rank = _json(raw.pop("hosts", None), dict) or {}
+    rank_hosts = {str(r): str(by_rank[str(r)]) for r in members if str(r) in by_rank}
+    out: dict[str, Any] = {
+        "name": raw.pop("culprit", "") or f"{alert['group_kind']} group {alert['group_id']}",
+        "job": str(alert["job"]),
+        "group": raw.pop("group", f"{alert['group_kind']}/{alert['group_id']}"),
+        "ranks": _capped([int(r) for r in members]),
+        "hosts": list(dict.fromkeys(rank_hosts.values())),
+        "rank_hosts": rank_hosts,
+        "phase": alert.get("phase"),
+        "kernels": _capped(kernels),
+        "what": raw.pop("what", ""),
+        "slower": raw.pop("slower", ""),
+        "since": raw.pop("since", "") or first_seen,
+    }
+    ratio = raw.pop("ratio", None)
+    try:
+        out["ratio_to_peers"] = float(ratio) if ratio is not None else None
+    except ValueError:
+        out["ratio_to_peers"] = None
+    return out
+
+
+def _evidence(
+    alert: Mapping[str, Any], raw: dict[str, str], levels: list[str], first: str, last: str
+) -> dict[str, Any]:
+    """``custom_details.evidence``: levels, persistence, confidence, window and findings."""
+    raw.pop("levels", None)
+    raw.pop("last_seen", None)
+    return {
+        "kind": raw.pop("kind", ""),
+        "levels": levels,
+        "persistence": int(alert.get("persistence", 1)),
+        "confidence": float(alert.get("confidence", 0.0)),
+        "first_seen": first,
+        "last_seen": last,
+        "steps": raw.pop("steps", ""),
+        "findings": _json(raw.pop("findings", None), list) or [],
+    }
 
 
 def encode_event(event: Mapping[str, Any]) -> bytes:

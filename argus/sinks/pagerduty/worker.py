@@ -73,6 +73,7 @@ from argus.sinks.pagerduty.events import (
     parse_retry_after,
     redact,
 )
+from argus.sinks.topology import TopologyReader
 from argus.topics import topic_name
 
 __all__ = [
@@ -154,6 +155,8 @@ class PagerDutyConfig:
     min_severity: str = "info"
     source: str | None = None
     client_url: str | None = None
+    report_url: str | None = None
+    hosts_from_topology: bool = True
     poll_timeout_s: float = 0.5
 
     @classmethod
@@ -187,6 +190,8 @@ class PagerDutyConfig:
             "min_severity": sec.min_severity,
             "source": sec.source,
             "client_url": sec.client_url,
+            "report_url": sec.report_url,
+            "hosts_from_topology": sec.hosts_from_topology,
             "poll_timeout_s": sec.poll_timeout_s,
         }
         kw.update(overrides)
@@ -204,6 +209,7 @@ class PagerDutyConfig:
             request_timeout_s=self.request_timeout_s,
             severity_map=self.severity_map,
             min_severity=self.min_severity,
+            report_url=self.report_url,
             poll_timeout_s=self.poll_timeout_s,
         )
         if not self.routing_key.reveal():
@@ -310,6 +316,8 @@ class _Sink:
         self.producer = Producer(
             settings.kafka_config(**{"acks": "all", "client.id": f"argus-{WORKER_NAME}-dlq"})
         )
+        # the ranks' hosts, from the collectors' job topology (argus.jobs)
+        self.topology = TopologyReader(settings, self.codec) if cfg.hosts_from_topology else None
 
     # -- Kafka --------------------------------------------------------------------------------
     def _on_assign(self, consumer: Consumer, parts: list[TopicPartition]) -> None:
@@ -353,6 +361,8 @@ class _Sink:
                     self.stats.abandoned += 1
         finally:
             self.consumer.close()
+            if self.topology is not None:
+                self.topology.close()
             self.producer.flush(10.0)
 
     def _commit(self, msg: Message) -> None:
@@ -407,6 +417,10 @@ class _Sink:
             if sev > self.min_rank:
                 self.stats.filtered += 1
                 return True
+        hosts: dict[int, str] = {}
+        if self.topology is not None and alert["action"] == "trigger":
+            self.topology.refresh()
+            hosts = self.topology.hosts.hosts(str(alert.get("job", "")))
         try:
             event = build_event(
                 alert,
@@ -414,6 +428,8 @@ class _Sink:
                 severity_map=self.cfg.severity_map,
                 source=self.cfg.source,
                 client_url=self.cfg.client_url,
+                hosts=hosts,
+                report_url=self.cfg.report_url,
             )
         except PagerDutyEventError as exc:
             return self.dead_letter(msg, f"invalid-{exc.reason}", redact(str(exc), self.key))
