@@ -181,7 +181,18 @@ def read_range(
             raise ReplayError(f"{topic}: broker did not answer ({exc})") from exc
         tmd = md.topics.get(topic)
         if tmd is None or tmd.error is not None or not tmd.partitions:
-            raise ReplayError(f"topic {topic} does not exist")
+            from argus.topics import TOPICS
+
+            suffix = next((f".{t.suffix}" for t in TOPICS if topic.endswith(f".{t.suffix}")), "")
+            try:
+                listed = cons.list_topics(timeout=10).topics if suffix else {}
+            except KafkaException:
+                listed = {}
+            alike = sorted(t for t in listed if t.endswith(suffix) and t != topic)
+            hint = f"; topics with that suffix: {', '.join(alike[:8])}" if alike else ""
+            raise ReplayError(
+                f"prefix: topic {topic} does not exist (check --prefix / [topics] prefix){hint}"
+            )
         parts = sorted(tmd.partitions)
         t_lo = max(0, (tr.start_ns - skew_ns) // 1_000_000)
         t_hi = -1 if lag_ns is None else (tr.end_ns + lag_ns) // 1_000_000

@@ -2,17 +2,22 @@
 
 Layout, all on event time (ns since epoch, the records' own clocks):
 
-* one process track per rank (``rank R (host)``);
-* under it, one thread-like child track per stream:
-  ``phases <stream kind>`` (step phases of ``step_record``, on the stream kind they ran),
-  ``steps`` (the whole step), ``cuda stream <id> (<kind>)`` (kernels of ``kernel_batch``
-  records, one track per CUDA stream), and ``stacks`` (one slice per ``stack_batch`` /
-  ``stack_summary`` window, named by its hottest leaf frame, with the top stacks as debug
-  annotations).
+* one process track per rank (``rank R (host)``; a culprit rank is named
+  ``rank R (host) CULPRIT`` and carries the process label ``culprit``);
+* under it one track per stream, each holding properly nested slices (one track, no
+  ``#2`` lanes): ``steps`` (the whole step), ``phases <stream kind>`` (step phases of
+  ``step_record`` on the stream kind they ran), ``cuda stream <id> (<kind>)`` (GPU kernels
+  of ``kernel_batch`` records, one track per CUDA stream), ``CPU ops thread <tid>`` (the
+  ``cpu_ops`` source's operators, one track per host thread) and ``stacks`` (one slice per
+  ``stack_batch`` / ``stack_summary`` window, named by the hottest leaf frame of the
+  training's own threads, argus's collector threads left out, the top stacks as
+  arguments);
+* a counter track ``iteration time (ms)`` per rank, one value per step.
 
-Slices that overlap on one track go to extra lanes (``… #2``) so each track is properly
-nested. :func:`build_trace` is pure (records in, bytes out); :func:`trace_from_kafka` reads
-the records with :func:`argus.replay.read_range`. Written with
+A slice that starts inside another and ends after it (a partial overlap, which a track cannot
+show nested) is clipped to its parent's end and annotated ``clipped_ns``.
+:func:`build_trace` is pure (records in, bytes out); :func:`trace_from_kafka` reads the
+records with :func:`argus.replay.read_range`. Written with
 ``perfetto.trace_builder.proto_builder.TraceProtoBuilder`` (no TraceProcessor binary).
 """
 
@@ -25,7 +30,7 @@ from typing import Any
 
 from argus.errors import ArgusError
 
-__all__ = ["TraceError", "TraceStats", "build_trace", "lanes", "trace_from_kafka"]
+__all__ = ["TraceError", "TraceStats", "build_trace", "nest", "trace_from_kafka"]
 
 _SEQ = 1
 
@@ -40,30 +45,31 @@ class TraceStats:
 
     slices: dict[int, dict[str, int]] = field(default_factory=dict)
     """rank -> {track name: slices}."""
+    clipped: int = 0
+    """Slices clipped to their parent's end (partial overlaps)."""
 
     def total(self) -> int:
         return sum(n for d in self.slices.values() for n in d.values())
 
 
-def lanes(intervals: Sequence[tuple[int, int]]) -> list[int]:
-    """Lane of each ``(start_ns, end_ns)`` so that no two intervals of a lane overlap.
-
-    Greedy on start order: an interval takes the first lane whose last slice ended at or
-    before its start. Returns the lane index (0-based) of each interval, in input order.
+def nest(intervals: Sequence[tuple[int, int]]) -> list[tuple[int, int, int]]:
+    """``(start_ns, end_ns, depth)`` of each interval (input order) so that the intervals
+    of one track nest: sorted by start (longest first), an interval inside the open one is
+    its child (depth + 1); one that outlasts its parent is clipped to the parent's end; a
+    zero-length interval lasts 1 ns.
     """
-    order = sorted(range(len(intervals)), key=lambda i: (intervals[i][0], intervals[i][1]))
-    ends: list[int] = []
-    out = [0] * len(intervals)
+    order = sorted(range(len(intervals)), key=lambda i: (intervals[i][0], -intervals[i][1]))
+    open_ends: list[int] = []
+    out: list[tuple[int, int, int]] = [(0, 0, 0)] * len(intervals)
     for i in order:
-        s, e = intervals[i]
-        for lane, last in enumerate(ends):
-            if last <= s:
-                ends[lane] = e
-                out[i] = lane
-                break
-        else:
-            ends.append(e)
-            out[i] = len(ends) - 1
+        a, b = intervals[i]
+        b = max(b, a + 1)
+        while open_ends and open_ends[-1] <= a:
+            open_ends.pop()
+        if open_ends and b > open_ends[-1]:
+            b = open_ends[-1]
+        out[i] = (a, b, len(open_ends))
+        open_ends.append(b)
     return out
 
 
@@ -78,6 +84,7 @@ def build_trace(
     *,
     ranks: Iterable[int] | None = None,
     top_stacks: int = 5,
+    culprits: Iterable[int] = (),
 ) -> tuple[bytes, TraceStats]:
     """Serialized Perfetto ``Trace`` of the records of ``ranks`` (all when None).
 
@@ -89,6 +96,8 @@ def build_trace(
     ranks : iterable of int, optional
     top_stacks : int
         Stacks listed as debug annotations on each stack slice.
+    culprits : iterable of int
+        Ranks marked as the culprit's (process name and label).
 
     Returns
     -------
@@ -99,16 +108,22 @@ def build_trace(
     TraceError
         No record of those ranks, or kernel columns of different lengths.
     """
-    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TrackEvent
+    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import (
+        CounterDescriptor,
+        TrackEvent,
+    )
     from perfetto.trace_builder.proto_builder import TraceProtoBuilder
 
     from argus.schemas.arrays import unpack
+    from argus.stacks_view import is_argus_stack
 
     want = None if ranks is None else {int(r) for r in ranks}
+    hot = {int(r) for r in culprits}
     # rank -> track name -> list of (start, end, name, annotations)
     ev: dict[int, dict[str, list[tuple[int, int, str, dict[str, str]]]]] = defaultdict(
         lambda: defaultdict(list)
     )
+    iters: dict[int, dict[int, tuple[int, int]]] = defaultdict(dict)
     hosts: dict[int, str] = {}
 
     def keep(rec: Mapping[str, Any]) -> int | None:
@@ -122,6 +137,7 @@ def build_trace(
         hosts.setdefault(rk, str(rec.get("host", "")))
         s0, s1 = int(rec["start_ns"]), int(rec["end_ns"])
         ev[rk]["steps"].append((s0, s1, f"step {rec['step']}", {}))
+        iters[rk][int(rec["step"])] = (s0, s1 - s0)
         for ph in rec.get("phases", []):
             a = int(ph["start_ns"])
             track = f"phases {ph.get('stream_kind') or 'unknown'}"
@@ -151,9 +167,10 @@ def build_trace(
                 f"kernel_batch rank {rk} window {rec.get('window_id')}: name_idx "
                 f"{int(idx.max())} outside names ({len(names)})"
             )
+        cpu = str(rec.get("source", "")) == "cpu_ops"
         kinds = {int(s["id"]): str(s.get("kind", "unknown")) for s in rec.get("streams", [])}
         for i, s, a, d in zip(idx.tolist(), st.tolist(), t0.tolist(), du.tolist(), strict=True):
-            track = f"cuda stream {s} ({kinds.get(s, 'unknown')})"
+            track = f"CPU ops thread {s}" if cpu else f"cuda stream {s} ({kinds.get(s, 'unknown')})"
             ev[rk][track].append((a, a + d, names[i], {}))
     for rec in stacks:
         rk = keep(rec)
@@ -167,7 +184,8 @@ def build_trace(
             for i, c in enumerate(counts[:top_stacks])
         }
         ann["samples"] = str(rec.get("samples", sum(int(c["count"]) for c in counts)))
-        name = _leaf(str(counts[0]["stack"]))
+        mine = [c for c in counts if not is_argus_stack(str(c["stack"]))]
+        name = _leaf(str(mine[0]["stack"])) if mine else "(only argus threads sampled)"
         w0, w1 = int(rec["window_start_ns"]), int(rec["window_end_ns"])
         ev[rk]["stacks"].append((w0, max(w1, w0), name, ann))
     if not ev:
@@ -176,54 +194,88 @@ def build_trace(
     builder = TraceProtoBuilder()
     uuid = iter(range(1, 1 << 62))
     stats = TraceStats()
-    first = True
+    # (ts, 0 end / 1 begin / 2 counter, depth key, seq, fill) -> sorted, then written
+    todo: list[tuple[int, int, int, int, Any]] = []
+    seq = iter(range(1 << 62))
 
-    def packet(ts: int) -> Any:
-        nonlocal first
-        p = builder.add_packet()
-        p.timestamp = ts
-        p.trusted_packet_sequence_id = _SEQ
-        if first:
-            p.sequence_flags = p.SEQ_INCREMENTAL_STATE_CLEARED
-            first = False
-        return p
+    def add(ts: int, kind: int, depth_key: int, fill: Any) -> None:
+        todo.append((ts, kind, depth_key, next(seq), fill))
 
-    order = ["steps", "phases", "cuda stream", "stacks"]
+    order = ["steps", "phases", "cuda stream", "CPU ops", "stacks"]
     for rk in sorted(ev):
         pu = next(uuid)
         td = builder.add_packet()
         td.track_descriptor.uuid = pu
         td.track_descriptor.process.pid = rk + 1
         host = hosts.get(rk, "")
-        td.track_descriptor.process.process_name = f"rank {rk}" + (f" ({host})" if host else "")
+        pname = f"rank {rk}" + (f" ({host})" if host else "")
+        if rk in hot:
+            pname += " CULPRIT"
+            td.track_descriptor.process.process_labels.append("culprit")
+        td.track_descriptor.process.process_name = pname
         stats.slices[rk] = {}
+        if iters.get(rk):
+            cu = next(uuid)
+            c = builder.add_packet()
+            c.track_descriptor.uuid = cu
+            c.track_descriptor.parent_uuid = pu
+            c.track_descriptor.name = "iteration time (ms)"
+            c.track_descriptor.counter.unit = CounterDescriptor.UNIT_UNSPECIFIED
+            c.track_descriptor.counter.unit_name = "ms"
+            for step in sorted(iters[rk]):
+                t, dur = iters[rk][step]
+
+                def fill_counter(te: Any, cu: int = cu, v: float = dur / 1e6) -> None:
+                    te.type = TrackEvent.TYPE_COUNTER
+                    te.track_uuid = cu
+                    te.double_counter_value = v
+
+                add(t, 2, 0, fill_counter)
         names_sorted = sorted(
             ev[rk], key=lambda n: (next(i for i, o in enumerate(order) if n.startswith(o)), n)
         )
         for tname in names_sorted:
-            items = sorted(ev[rk][tname], key=lambda x: (x[0], -x[1]))
-            lane_of = lanes([(a, b) for a, b, _n, _x in items])
-            tracks: dict[int, int] = {}
-            for lane in sorted(set(lane_of)):
-                tu = next(uuid)
-                tracks[lane] = tu
-                d = builder.add_packet()
-                d.track_descriptor.uuid = tu
-                d.track_descriptor.parent_uuid = pu
-                d.track_descriptor.name = tname if lane == 0 else f"{tname} #{lane + 1}"
-            for (a, b, n, ann), lane in zip(items, lane_of, strict=True):
-                p = packet(a)
-                p.track_event.type = TrackEvent.TYPE_SLICE_BEGIN
-                p.track_event.track_uuid = tracks[lane]
-                p.track_event.name = n
-                for k, v in ann.items():
-                    da = p.track_event.debug_annotations.add()
-                    da.name = k
-                    da.string_value = v
-                q = packet(b)
-                q.track_event.type = TrackEvent.TYPE_SLICE_END
-                q.track_event.track_uuid = tracks[lane]
+            items = ev[rk][tname]
+            tu = next(uuid)
+            d = builder.add_packet()
+            d.track_descriptor.uuid = tu
+            d.track_descriptor.parent_uuid = pu
+            d.track_descriptor.name = tname
+            for (a0, b0, n, ann), (a, b, depth) in zip(
+                items, nest([(x[0], x[1]) for x in items]), strict=True
+            ):
+                if b < max(b0, a0 + 1):
+                    stats.clipped += 1
+                    ann = {**ann, "clipped_ns": str(max(b0, a0 + 1) - b)}
+
+                def fill_begin(
+                    te: Any, tu: int = tu, n: str = n, ann: dict[str, str] = ann
+                ) -> None:
+                    te.type = TrackEvent.TYPE_SLICE_BEGIN
+                    te.track_uuid = tu
+                    te.name = n
+                    for k, v in ann.items():
+                        da = te.debug_annotations.add()
+                        da.name = k
+                        da.string_value = v
+
+                def fill_end(te: Any, tu: int = tu) -> None:
+                    te.type = TrackEvent.TYPE_SLICE_END
+                    te.track_uuid = tu
+
+                # same time: ends before begins, deeper ends first, shallower begins first
+                add(a, 1, depth, fill_begin)
+                add(b, 0, -depth, fill_end)
             stats.slices[rk][tname] = len(items)
+    first = True
+    for ts, _k, _d, _s, fill in sorted(todo, key=lambda x: x[:4]):
+        p = builder.add_packet()
+        p.timestamp = ts
+        p.trusted_packet_sequence_id = _SEQ
+        if first:
+            p.sequence_flags = p.SEQ_INCREMENTAL_STATE_CLEARED
+            first = False
+        fill(p.track_event)
     return builder.serialize(), stats
 
 
@@ -236,6 +288,7 @@ def trace_from_kafka(
     prefix: str | None = None,
     on_progress: Any = None,
     lag_ns: int | None = None,
+    culprits: Iterable[int] = (),
 ) -> tuple[bytes, TraceStats]:
     """Read ``ranks``' steps, raw kernels and stacks in ``tr`` from Kafka; build the trace.
 
@@ -258,4 +311,11 @@ def trace_from_kafka(
     stacks = read_range(settings, topic_name("raw.stacks", pfx), tr, **kw)
     if not stacks:
         stacks = read_range(settings, topic_name("summary.stacks", pfx), tr, **kw)
-    return build_trace(steps, kernels, stacks, ranks=ranks)
+    if not (steps or kernels or stacks):
+        from argus.replay import why_empty
+
+        raise TraceError(
+            f"no records of job {job!r} ranks {','.join(map(str, ranks))} in that range: "
+            + why_empty(settings, topic_name("raw.steps", pfx), job, tr, lag_ns=lag_ns, ranks=ranks)
+        )
+    return build_trace(steps, kernels, stacks, ranks=ranks, culprits=culprits)

@@ -7,12 +7,13 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 
-__all__ = ["check_out", "resolve_window", "window_options"]
+__all__ = ["Drill", "check_out", "drill_window", "resolve_window", "window_options"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -116,3 +117,43 @@ def check_out(path: str | None, *, param: str = "-o/--out") -> None:
         )
     if not os.access(parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
         raise click.BadParameter(f"{path}: not writable", param_hint=param)
+
+
+@dataclass(frozen=True)
+class Drill:
+    """A drill-down command's resolved window: range, ``--around`` window, job, lag (ns)."""
+
+    tr: Any
+    win: Any
+    job: str
+    lag_ns: int | None
+
+
+def drill_window(
+    settings: Any,
+    *,
+    job: str | None,
+    prefix: str | None,
+    t_from: str | None,
+    t_to: str | None,
+    last: str | None,
+    around: str | None,
+    pad: str,
+    max_lag: float | None,
+) -> Drill:
+    """:func:`resolve_window` plus the job (``--job``, else the alert's) and ``--max-lag``
+    in ns; the keyword arguments are :func:`window_options`'.
+
+    Raises
+    ------
+    click.UsageError
+        As :func:`resolve_window`, or no job.
+    """
+    tr, win = resolve_window(
+        settings, t_from=t_from, t_to=t_to, last=last, around=around, pad=pad, prefix=prefix,
+        job=job,
+    )  # fmt: skip
+    job = job or (win.job if win else None)
+    if not job:
+        raise click.UsageError("--job is required (unless --around names an alert)")
+    return Drill(tr, win, job, None if max_lag is None else int(max_lag * 1e9))

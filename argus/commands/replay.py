@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from argus.cli import settings_from
-from argus.commands._window import check_out, resolve_window, window_options
+from argus.commands._window import check_out, drill_window, window_options
 
 
 @click.command()
@@ -31,18 +31,13 @@ from argus.commands._window import check_out, resolve_window, window_options
 def replay(
     ctx: click.Context,
     job: str | None,
-    t_from: str | None,
-    t_to: str | None,
-    last: str | None,
-    around: str | None,
-    pad: str,
-    max_lag: float | None,
     thresholds: str | None,
     window_steps: int,
     out: str | None,
     publish_topic: str | None,
     prefix: str | None,
     top: int,
+    **window: Any,
 ) -> None:
     """Replay a job's historical window: find the offsets for the event times on the raw
     (or summary) topics, re-run the diagnosis with the same code as `argus diagnose`, print
@@ -57,12 +52,8 @@ def replay(
 
     check_out(out)
     s = settings_from(ctx)
-    tr, win = resolve_window(
-        s, t_from=t_from, t_to=t_to, last=last, around=around, pad=pad, prefix=prefix, job=job
-    )
-    job = job or (win.job if win else None)
-    if not job:
-        raise click.UsageError("--job is required (unless --around names an alert)")
+    dw = drill_window(s, job=job, prefix=prefix, **window)
+    tr, job = dw.tr, dw.job
     section: Any = s.section("detectors")
     if thresholds:
         import tomllib
@@ -93,7 +84,7 @@ def replay(
 
         res = run_replay(
             s, job, tr, config=cfg, window_steps=window_steps, prefix=prefix,
-            on_progress=on_progress, lag_ns=None if max_lag is None else int(max_lag * 1e9),
+            on_progress=on_progress, lag_ns=dw.lag_ns,
         )  # fmt: skip
     _print(res.result, None, top)
     click.echo(f"kernels from {res.kernel_source}; read {res.read}")

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
 from argus.cli import settings_from
-from argus.commands._window import check_out, resolve_window, window_options
+from argus.commands._window import check_out, drill_window, window_options
 
 
 @click.command()
@@ -29,16 +30,12 @@ from argus.commands._window import check_out, resolve_window, window_options
 def report(
     ctx: click.Context,
     job: str | None,
-    t_from: str | None,
-    t_to: str | None,
-    last: str | None,
     around: str | None,
-    pad: str,
-    max_lag: float | None,
     from_file: str | None,
     out: str,
     window_steps: int,
     prefix: str | None,
+    **window: Any,
 ) -> None:
     """Write one self-contained HTML report (inline SVG, no external assets): iteration time
     with L1 windows, a rank x step phase heatmap, the W1 matrix of a flagged kernel, CDFs of
@@ -51,7 +48,7 @@ def report(
     s = settings_from(ctx)
     cfg = DetectorsConfig.from_settings(s.section("detectors"))
     if from_file:
-        if t_from or t_to or last:
+        if window["t_from"] or window["t_to"] or window["last"]:
             raise click.UsageError(
                 "--from-file reports the whole recording; drop --from/--to/--last"
             )
@@ -60,21 +57,16 @@ def report(
             from_file, job=job, config=cfg, window_steps=window_steps, focus=around
         )
     else:
-        tr, win = resolve_window(
-            s, t_from=t_from, t_to=t_to, last=last, around=around, pad=pad, prefix=prefix,
-            job=job,
-        )  # fmt: skip
-        job = job or (win.job if win else None)
-        if not job:
-            raise click.UsageError("--job is required (unless --around names an alert)")
+        dw = drill_window(s, job=job, prefix=prefix, around=around, **window)
+        win = dw.win
         page = report_from_kafka(
             s,
-            job,
-            tr,
+            dw.job,
+            dw.tr,
             config=cfg,
             window_steps=window_steps,
             prefix=prefix,
-            lag_ns=None if max_lag is None else int(max_lag * 1e9),
+            lag_ns=dw.lag_ns,
             focus=around if win is not None and win.source == "alert" else None,
         )
     Path(out).write_text(page)

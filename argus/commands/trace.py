@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
 from argus.cli import settings_from
+from argus.commands._window import check_out, drill_window, window_options
 
 
 def parse_ranks(text: str) -> list[int]:
@@ -25,6 +27,11 @@ def parse_ranks(text: str) -> list[int]:
                 continue
             if "-" in part:
                 a, b = part.split("-", 1)
+                if int(b) < int(a):
+                    raise click.BadParameter(
+                        f"{text!r}: range {part} is reversed (write {b}-{a})",
+                        param_hint="--ranks",
+                    )
                 out.extend(range(int(a), int(b) + 1))
             else:
                 out.append(int(part))
@@ -38,10 +45,14 @@ def parse_ranks(text: str) -> list[int]:
 
 
 @click.command()
-@click.option("--job", required=True)
-@click.option("--ranks", "ranks_text", required=True, help="e.g. 12,13 or 8-11")
-@click.option("--from", "t_from", required=True, help="event time: ISO 8601 or ns since epoch")
-@click.option("--to", "t_to", required=True, help="event time: ISO 8601 or ns since epoch")
+@click.option("--job", default=None, help="the job (default: --around's)")
+@click.option(
+    "--ranks",
+    "ranks_text",
+    default=None,
+    help="e.g. 12,13 or 8-11 (default with --around: the culprit's ranks and two peers)",
+)
+@window_options
 @click.option(
     "-o", "--out", "out", type=click.Path(dir_okay=False), default="out.pftrace", show_default=True
 )
@@ -49,24 +60,80 @@ def parse_ranks(text: str) -> list[int]:
 @click.pass_context
 def trace(
     ctx: click.Context,
-    job: str,
-    ranks_text: str,
-    t_from: str,
-    t_to: str,
+    job: str | None,
+    ranks_text: str | None,
     out: str,
     prefix: str | None,
+    **window: Any,
 ) -> None:
-    """Write a Perfetto trace (open it in ui.perfetto.dev): one track per rank, child tracks
-    for step phases per stream kind, kernels per CUDA stream (while raw kernels are retained)
-    and stack samples, on event time.
+    """Write a Perfetto trace (open it in ui.perfetto.dev): one process per rank (culprit
+    ranks marked CULPRIT), one track per stream with nested slices (steps, phases per stream
+    kind, kernels per CUDA stream, CPU ops per thread, stack samples) and an iteration-time
+    counter, on event time.
     """
-    from argus.replay import TimeRange
     from argus.trace import trace_from_kafka
 
+    check_out(out)
+    ranks = parse_ranks(ranks_text) if ranks_text else None
     s = settings_from(ctx)
-    ranks = parse_ranks(ranks_text)
-    data, stats = trace_from_kafka(s, job, ranks, TimeRange.parse(t_from, t_to), prefix=prefix)
+    dw = drill_window(s, job=job, prefix=prefix, **window)
+    tr, win, job, lag_ns = dw.tr, dw.win, dw.job, dw.lag_ns
+    culprits: list[int] = list(win.culprit_ranks) if win else []
+    if ranks is None:
+        if win is None:
+            raise click.UsageError("--ranks is required (unless --around names a culprit)")
+        culprits, ranks = culprit_and_peers(s, win, tr, prefix=prefix, lag_ns=lag_ns)
+        click.echo(
+            f"culprit ranks {','.join(map(str, culprits))}; peers "
+            f"{','.join(str(r) for r in ranks if r not in culprits) or 'none'}",
+            err=True,
+        )
+    data, stats = trace_from_kafka(
+        s, job, ranks, tr, prefix=prefix, lag_ns=lag_ns, culprits=culprits
+    )
     Path(out).write_bytes(data)
     for rk, d in stats.slices.items():
-        click.echo(f"rank {rk}: " + ", ".join(f"{n} {k}" for k, n in d.items()))
-    click.echo(f"{stats.total()} slices, {len(data)} bytes -> {out} (open in ui.perfetto.dev)")
+        mark = " (culprit)" if rk in culprits else ""
+        click.echo(f"rank {rk}{mark}: " + ", ".join(f"{n} {k}" for k, n in d.items()))
+    clipped = f", {stats.clipped} clipped to their parent" if stats.clipped else ""
+    click.echo(
+        f"{stats.total()} slices{clipped}, {len(data)} bytes -> {out} (open in ui.perfetto.dev)"
+    )
+
+
+def culprit_and_peers(
+    settings: Any, win: Any, tr: Any, *, prefix: str | None, lag_ns: int | None, peers: int = 2
+) -> tuple[list[int], list[int]]:
+    """``(culprit ranks, culprit ranks + peers)`` for ``--around`` without ``--ranks``: the
+    alert's ranks, else its group's members (from the step records' coords); peers are
+    ranks of the same group (a rank culprit) or of other groups (a group culprit).
+
+    Raises
+    ------
+    click.UsageError
+        No ranks can be found for the culprit.
+    """
+    from argus.detectors.config import DetectorsConfig
+    from argus.drill.read import group_members
+    from argus.replay import read_range
+    from argus.routing import Routing
+    from argus.topics import topic_name
+
+    pfx = settings.topic_prefix if prefix is None else prefix
+    steps = read_range(settings, topic_name("raw.steps", pfx), tr, job=win.job, lag_ns=lag_ns)
+    cfg = DetectorsConfig.from_settings(settings.section("detectors"))
+    members = (
+        group_members(steps, win.group_kind, win.group_id, Routing.from_config(cfg.routing))
+        if win.group_kind and win.group_kind != "job"
+        else []
+    )
+    culprits = list(win.ranks) or members
+    if not culprits:
+        raise click.UsageError(
+            f"{win.ref}: no culprit ranks (and no members of {win.group_kind} "
+            f"{win.group_id} in the step records); give --ranks"
+        )
+    seen = sorted({int(r["rank"]) for r in steps})
+    pool = [r for r in members if r not in culprits] if win.ranks else []
+    pool += [r for r in seen if r not in culprits and r not in pool]
+    return culprits, sorted(set(culprits) | set(pool[:peers]))

@@ -14,10 +14,17 @@ from argus.sim.simulate import publish
 from argus.stacks_view import (
     StacksError,
     aggregate,
+    diff,
     hottest,
     hottest_leaves,
+    is_argus_stack,
+    select,
+    threads,
+    to_diff_folded,
+    to_diff_text,
     to_folded,
     to_speedscope,
+    to_speedscope_multi,
 )
 
 JOB = "job-stacks"
@@ -27,11 +34,12 @@ HOT = "MainThread;train (t.py:9);step (t.py:20);allreduce (d.py:5)"
 COLD = "MainThread;train (t.py:9);load (t.py:30)"
 
 
-def _summary(rank: int, w: int, hot: int, cold: int) -> dict[str, Any]:
+def _summary(rank: int, w: int, hot: int, cold: int, idle: int = 0) -> dict[str, Any]:
+    extra = [{"stack": IDLE, "count": idle}] if idle else []
     return {
         "job": JOB, "rank": rank, "window_start_ns": T0 + w * SEC,
-        "window_end_ns": T0 + (w + 1) * SEC, "samples": hot + cold,
-        "stacks": [{"stack": HOT, "count": hot}, {"stack": COLD, "count": cold}],
+        "window_end_ns": T0 + (w + 1) * SEC, "samples": hot + cold + idle,
+        "stacks": [{"stack": HOT, "count": hot}, {"stack": COLD, "count": cold}, *extra],
     }  # fmt: skip
 
 
@@ -46,10 +54,43 @@ def test_aggregate_hottest_and_formats() -> None:
     frames = sp["shared"]["frames"]
     prof = sp["profiles"][0]
     assert sorted(prof["weights"]) == [4, 12] and prof["endValue"] == 16
-    assert frames[0] == {"name": "MainThread"}
+    assert prof["name"] == "r1: MainThread"  # one profile per thread, named after it
     assert {"name": "allreduce", "file": "d.py", "line": 5} in frames
     hot_sample = prof["samples"][prof["weights"].index(12)]
-    assert [frames[i]["name"] for i in hot_sample] == ["MainThread", "train", "step", "allreduce"]
+    assert [frames[i]["name"] for i in hot_sample] == ["train", "step", "allreduce"]
+
+
+IDLE = "argus-producer;_bootstrap (threading.py:1);_run (/s/argus/collectors/producer.py:160);wait (threading.py:320)"
+CTRL = "Thread-3;_bootstrap (threading.py:1);run (/s/site-packages/argus/collectors/control.py:210)"
+HOOK = "MainThread;train (t.py:9);on_step (/s/argus/collectors/hooks.py:40)"
+
+
+def test_argus_threads_hidden_and_thread_filter() -> None:
+    """argus's own threads (named argus-*, or entered in argus's collector code) are hidden;
+    a training thread inside an argus hook is the training's own time and stays."""
+    c = {HOT: 3, IDLE: 60, CTRL: 7, HOOK: 2, "loader-0;get (l.py:1)": 5}
+    assert [is_argus_stack(x) for x in (HOT, IDLE, CTRL, HOOK)] == [False, True, True, False]
+    kept = select(c)
+    assert set(kept) == {HOT, HOOK, "loader-0;get (l.py:1)"}
+    assert set(select(c, thread="main")) == {HOT, HOOK}
+    assert set(select(c, own=True)) == set(c)
+    assert threads(c)[0] == ("argus-producer", 60, True)
+    assert ("MainThread", 5, False) in threads(c)
+
+
+def test_diff_culprit_vs_peer() -> None:
+    culprit = {HOT: 90, COLD: 10}
+    peer = {HOT: 20, COLD: 80}
+    rows = diff(culprit, peer)
+    assert rows[0].frame in ("allreduce (d.py:5)", "load (t.py:30)")
+    by = {r.frame: r for r in rows}
+    assert by["allreduce (d.py:5)"].delta == pytest.approx(0.7)
+    assert by["load (t.py:30)"].delta == pytest.approx(-0.7)
+    text = to_diff_text(culprit, peer, names=("rank 7", "rank 6"))
+    assert "rank 7: 100 samples; rank 6: 100 samples" in text and "+70.0  allreduce" in text
+    assert to_diff_folded(culprit, peer).splitlines() == [f"{COLD} 80 10", f"{HOT} 20 90"]
+    sp = to_speedscope_multi({"r7": culprit, "r6": peer})
+    assert [p["name"] for p in sp["profiles"]] == ["r7: MainThread", "r6: MainThread"]
 
 
 def test_bad_counts_are_typed_errors() -> None:
@@ -64,7 +105,9 @@ def test_stacks_command(
     kafka: Settings, topic_prefix: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     summ = [
-        ("summary.stacks", f"{JOB}/{r}", _summary(r, w, 7 + r, 3)) for r in (1, 2) for w in range(4)
+        ("summary.stacks", f"{JOB}/{r}", _summary(r, w, 7 + r, 3, 40))
+        for r in (1, 2)
+        for w in range(4)
     ]
     raw = [
         ("raw.stacks", f"{JOB}/3", {
@@ -81,10 +124,22 @@ def test_stacks_command(
     text = capsys.readouterr().out
     assert "from summary.stacks" in text and "24 samples" in text  # 2 windows x (9 + 3)
     assert text.index("allreduce") < text.index("load (t.py:30)")
+    # argus's idle producer thread (80 of 104 samples) is hidden, and said so
+    assert "80 samples (77%) of argus's own threads hidden" in text
+    assert "_run (" not in text.split("hottest stacks:")[1]
+    assert main([*base, "--rank", "2", *rng, "--all-threads"]) == 0
+    assert "104 samples" in capsys.readouterr().out
+    assert main([*base, "--rank", "2", *rng, "--thread", "nosuch"]) == 2
+    assert "threads: argus-producer (80), MainThread (24)" in capsys.readouterr().err
+    # diff rank 2 against its peer rank 1: allreduce 9/12 vs 8/11 of the samples
+    assert main([*base, "--rank", "2", "--vs", "1", *rng]) == 0
+    text = capsys.readouterr().out
+    assert "rank 2: 24 samples; rank 1: 22 samples" in text and "allreduce (d.py:5)" in text
     out = tmp_path / "r2.speedscope.json"
     assert main([*base, "--rank", "2", *rng, "--format", "speedscope", "-o", str(out)]) == 0
     sp = json.loads(out.read_text())
     assert sorted(sp["profiles"][0]["weights"]) == [6, 18]
+    assert [p["name"] for p in sp["profiles"]] == [f"{JOB} rank 2: MainThread"]
     # raw fallback for a rank without summaries
     assert (
         main(
