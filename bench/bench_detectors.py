@@ -427,7 +427,7 @@ def bench_pages(args: argparse.Namespace) -> list[dict[str, Any]]:
     details: list[str] = []
     for name, ranks, steps, k, seed in plan:
         t0 = time.perf_counter()
-        sc, _er = run_one(name, ranks, steps, k, seed)
+        sc, er = run_one(name, ranks, steps, k, seed)
         secs = time.perf_counter() - t0
         print(_row(sc, ranks, k, secs), flush=True)
         if sc.healthy and name.startswith("mega-"):
@@ -436,8 +436,25 @@ def bench_pages(args: argparse.Namespace) -> list[dict[str, Any]]:
             acc[1] += steps
         if sc.false_pages:
             details.append(f"{name} @{ranks}: " + "; ".join(sc.false_pages))
+        pages = [
+            {
+                "window": er.page_window.get(i),
+                **{f: a.get(f) for f in ("group_kind", "group_id", "ranks", "phase", "kernels")},
+                "levels": a.get("levels"),
+                "summary": a.get("summary"),
+            }
+            for i, a in enumerate(er.alerts)
+            if a.get("action") == "trigger"
+        ]
         rows.append(
-            {"ranks": ranks, "kernels": k, "seed": seed, "secs": round(secs, 1), **sc.to_dict()}
+            {
+                "ranks": ranks,
+                "kernels": k,
+                "seed": seed,
+                "secs": round(secs, 1),
+                **sc.to_dict(),
+                "page_list": pages,
+            }
         )
     for ranks, (pages, steps) in sorted(per_size.items()):
         print(

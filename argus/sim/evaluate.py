@@ -239,7 +239,7 @@ class PageScore:
     pages : int
         Alert triggers.
     pages_healthy : int
-        Pages naming at least one rank that is not a culprit.
+        Pages naming a rank that is not a culprit, or naming no culprit (a job-wide page).
     false_per_1000 : float
         ``pages_healthy / steps * 1000``.
     healthy_ranks : tuple of int
@@ -297,8 +297,10 @@ def _group_members(layout: Any) -> dict[tuple[str, str], list[int]]:
 
 
 def _page_ranks(a: Mapping[str, Any], members: Mapping[tuple[str, str], list[int]]) -> set[int]:
+    """Ranks a page names: its ``ranks``, else its group's members; none for a job-wide
+    page (L1 alone names no rank)."""
     ranks = {int(r) for r in a.get("ranks") or ()}
-    if ranks:
+    if ranks or a.get("group_kind") == "job":
         return ranks
     return set(members.get((str(a.get("group_kind")), str(a.get("group_id"))), []))
 
@@ -330,12 +332,12 @@ def score_pages(er: EngineRun, truth: Mapping[str, Any], layout: Any) -> PageSco
         hit = rk & t_ranks
         named |= hit
         extra = rk - t_ranks
-        if extra:
+        if extra or not (hit or by_host or by_group):  # a page that names no culprit
             bad |= extra
             n_bad += 1
             if len(false_txt) < 12:
                 lv = "+".join(a.get("levels") or ())
-                shown = ",".join(str(x) for x in sorted(extra)[:8])
+                shown = ",".join(str(x) for x in sorted(extra)[:8]) or "none"
                 more = f"+{len(extra) - 8}" if len(extra) > 8 else ""
                 false_txt.append(
                     f"w{er.page_window.get(i, '?')} {lv} {a.get('group_kind')} rank(s) "
@@ -378,6 +380,8 @@ def score_pages(er: EngineRun, truth: Mapping[str, Any], layout: Any) -> PageSco
             why.append("culprit not paged")
         if bad:
             why.append(f"{len(bad)} healthy rank(s) paged")
+        elif n_bad:
+            why.append(f"{n_bad} page(s) naming no rank")
         if found and not what_ok:
             why.append("wrong phase/kernel")
         if found and (delay is None or delay > bar):

@@ -264,3 +264,10 @@ def test_calibration_measures_real_kernel_spread() -> None:
     assert 0.002 < s.launch_cv[1] < 0.008 and s.over_2x == 0.0
     with pytest.raises(ValueError, match="profiler steps"):
         kernel_spread(next(KINETO.glob("cpu_only*.json.gz")))
+
+
+def test_a_job_wide_page_names_no_culprit() -> None:
+    truth = {"scenario": "x", "ranks": [5], "phases": ["mlp"], "onset_step": 12}
+    l1 = {"action": "trigger", "ranks": [], "group_kind": "job", "group_id": "all"}
+    s = score_pages(_er([l1]), truth, DENSE)
+    assert not s.found and s.pages_healthy == 1 and "naming no rank" in s.why
