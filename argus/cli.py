@@ -62,6 +62,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "argus.commands.report:report",
         "One self-contained HTML report of a job's window (charts, funnel).",
     ),
+    "status": (
+        "argus.commands.status:status",
+        "Jobs (time range, last step, open alerts) and workers (liveness, lag).",
+    ),
+    "jobs": (
+        "argus.commands.status:jobs",
+        "Jobs on the topics: time range, last step, open alerts.",
+    ),
 }
 
 

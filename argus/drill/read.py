@@ -237,7 +237,8 @@ def group_members(
 
 
 def group_lags(settings: Any, prefix: str) -> list[dict[str, Any]]:
-    """Every consumer group named ``<prefix>-...`` (the workers' faust apps and sinks): its
+    """Every consumer group named ``<prefix>-...`` (the workers' faust apps) or
+    ``<prefix>.pagerduty`` (the sink): its
     state, members, and per topic the records behind the high watermark and the age (s) of
     the oldest unconsumed record (Kafka timestamp of the record at the committed offset).
 
@@ -257,7 +258,11 @@ def group_lags(settings: Any, prefix: str) -> list[dict[str, Any]]:
         listed = admin.list_consumer_groups(request_timeout=10).result()
     except KafkaException as exc:
         raise DrillReadError(f"list consumer groups: {exc}") from exc
-    ids = sorted(g.group_id for g in listed.valid if g.group_id.startswith(f"{prefix}-"))
+    ids = sorted(
+        g.group_id
+        for g in listed.valid
+        if g.group_id.startswith(f"{prefix}-") or g.group_id == f"{prefix}.pagerduty"
+    )
     if not ids:
         return []
     described = admin.describe_consumer_groups(ids, request_timeout=10)
