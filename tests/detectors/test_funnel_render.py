@@ -132,6 +132,7 @@ def test_rank_culprit_summary_and_hosts_added_later() -> None:
     )
     assert summary(v) == a["summary"]  # argus diagnose prints the alert's own line
     assert json.loads(a["details"]["victims"]) == [5, 9]  # never the culprit itself
+    assert a["details"]["culprit"] == "rank 7" and a["details"]["group"] == "dp/pp0.tp1"
     h = with_hosts(a, {7: "node0000", 5: "node0000", 99: "node0012"})
     assert h["summary"].startswith("rank 7 (dp group pp0.tp1, host node0000): straggler in mlp")
     assert json.loads(h["details"]["hosts"]) == {"7": "node0000"}

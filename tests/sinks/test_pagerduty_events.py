@@ -71,9 +71,11 @@ def test_trigger_has_the_v2_shape() -> None:
     assert p["timestamp"] == "2025-11-29T16:10:40.987Z"
     assert p["component"] == "forward" and p["group"] == "dp/stage0-tp0" and p["class"] == "L1+L2"
     cd = p["custom_details"]
-    assert cd["ranks"] == [7] and cd["persistence"] == 12 and cd["confidence"] == 0.93
-    assert cd["funnel"] == {"l2_z": "5.1", "peers": "63"}
-    assert cd["first_seen"] == "2025-11-29T16:10:28.123Z"
+    assert cd["culprit"]["ranks"] == [7] and cd["culprit"]["job"] == "job1"
+    assert cd["evidence"]["persistence"] == 12 and cd["evidence"]["confidence"] == 0.93
+    assert cd["funnel"] == {"l2_z": "5.1", "peers": "63"}  # details argus does not structure
+    assert cd["evidence"]["first_seen"] == "2025-11-29T16:10:28.123Z"
+    assert cd["culprit"]["since"] == "2025-11-29T16:10:28.123Z"  # no details.since: first seen
     assert json.loads(encode_event(ev)) == ev
 
 

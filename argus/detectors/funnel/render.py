@@ -287,13 +287,7 @@ def _details(v: Verdict) -> dict[str, str]:
     d: dict[str, str] = {
         "kind": c.kind,
         "levels": ",".join(c.levels),
-        "culprit": (
-            f"rank(s) {_ranges(c.ranks)}"
-            if c.ranks
-            else (
-                "the whole job" if c.group_kind == "job" else f"{c.group_kind} group {c.group_id}"
-            )
-        ),
+        "culprit": _culprit_text(c.ranks, c.group_kind, c.group_id),
         "group": f"{c.primary.group_kind}/{c.primary.group_id}"
         if c.ranks
         else f"{c.group_kind}/{c.group_id}",

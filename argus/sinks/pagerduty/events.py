@@ -246,17 +246,6 @@ def build_event(
             for name in ("report", "trace", "stacks")
             if f"cmd_{name}" in raw
         },
-        # the flat fields of before, kept for rules that route on them
-        "job": job,
-        "group": f"{group_kind}/{group_id}",
-        "ranks": _capped(ranks),
-        "phase": phase,
-        "kernels": _capped(kernels),
-        "levels": levels,
-        "persistence": int(alert.get("persistence", 1)),
-        "confidence": float(alert.get("confidence", 0.0)),
-        "first_seen": first_seen,
-        "last_seen": last_seen,
         "anomaly_ids": _capped([str(a) for a in alert.get("anomaly_ids") or []]),
         "funnel": {k: _truncate(v, _MAX_DETAIL_CHARS) for k, v in raw.items()},
     }
