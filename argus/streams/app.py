@@ -480,14 +480,15 @@ def route_batches(
 
 
 class WindowRole(Protocol):
-    """What a window agent does with its state (one JSON-able dict per key)."""
+    """What a window agent does with its state (one JSON-able dict per key: the role's
+    ``TypedDict``, :mod:`argus.streams.roles.state`)."""
 
-    def new(self, key: str) -> dict[str, Any]: ...
+    def new(self, key: str) -> Any: ...
 
-    async def add(self, key: str, st: dict[str, Any], item: Any, now: float) -> None:
+    async def add(self, key: str, st: Any, item: Any, now: float) -> None:
         """Fold one routed item into the key's state."""
 
-    async def tick(self, key: str, st: dict[str, Any], now: float) -> bool:
+    async def tick(self, key: str, st: Any, now: float) -> bool:
         """Periodic work (grace periods); True when ``st`` changed."""
 
 

@@ -17,14 +17,10 @@ roles work in two tiers (:mod:`argus.streams.roles.steps`):
 So the per-job tier does work per block and per spanning group, not per rank: a 10,000-rank
 job at 256 ranks per block sends it 40 messages per step instead of 10,000.
 
-Digest layout (JSON, as it travels on the internal topic; blocks are of layout positions,
-:func:`argus.routing.rank_of` of the coords)::
-
-    {"s": <step>, "blk": <block>,
-     "agg": [<max iteration ns>, <min start ns>, <max end ns>, <world size>],
-     "got": [<rank>, ...],                  # the ranks that reported the step
-     "gw": [<group window>, ...] | null,    # spanning groups; null: L2 not run here
-     "ids": {<anomaly id>: <window end step>}}   # on the last digest of a close
+A digest is :class:`argus.streams.roles.state.Digest` (JSON on the internal topic; blocks are
+of layout positions, :func:`argus.routing.rank_of` of the coords): the step, the block, the
+step's :class:`~argus.streams.roles.state.StepAggregate`, the ranks that reported, the spanning
+groups' windows (``group_windows``, absent: L2 not run here) and the ids of the findings made.
 
 A group window is ``{"k", "g", "r", "s", "p", "sk", "a", "b", "d", "it"}``: kind, id,
 ranks, steps, phases, stream kinds, start/end ns, and the ``(R, S, P)`` durations and

@@ -57,7 +57,7 @@ def _closed_with(announce: bool) -> tuple[int | None, int]:
     if announce:
         progress["ids"] = {anomaly["id"]: 19}
     _run(fun.add, (JOB, st, {"progress": 0}, 0.0), (JOB, st, progress, 1.0))
-    _run(fun.add, (JOB, st, {"l3": "dp/pp0.tp0", "w": 19}, 1.0))
+    _run(fun.add, (JOB, st, {"scope": "dp/pp0.tp0", "upto": 19, "ids": {}}, 1.0))
     _run(fun.tick, (JOB, st, 1.5))
     closed = st["closed"]
     _run(fun.add, (JOB, st, anomaly, 2.0))  # the finding arrives one hop later
@@ -83,7 +83,7 @@ def test_a_lost_announced_finding_holds_the_window_until_the_job_is_idle() -> No
         fun.add,
         (JOB, st, {"progress": 0}, 0.0),
         (JOB, st, {"progress": 19, "ids": {"lost-id": 19}}, 1.0),
-        (JOB, st, {"l3": "dp/pp0.tp0", "w": 19}, 1.0),
+        (JOB, st, {"scope": "dp/pp0.tp0", "upto": 19, "ids": {}}, 1.0),
     )
     _run(fun.tick, (JOB, st, 2.0 + 15.0))  # no clock closes it while the job goes on
     assert st["closed"] == 0
@@ -98,13 +98,13 @@ def test_declared_l3_scopes_hold_the_window_whatever_the_lag() -> None:
     fun = _funnel()
     st = fun.new(JOB)
     _run(fun.add, *[(JOB, st, {"progress": s, "l3n": 2}, float(s)) for s in range(10)])
-    _run(fun.add, (JOB, st, {"l3": "dp/a", "w": 9}, 10.0))
+    _run(fun.add, (JOB, st, {"scope": "dp/a", "upto": 9, "ids": {}}, 10.0))
     for t in range(10, 200, 5):  # progress keeps coming: the job is not idle
         _run(fun.add, (JOB, st, {"progress": t, "l3n": 2}, float(t)))
         _run(fun.tick, (JOB, st, float(t)))
     assert st["closed"] == -1
     _run(fun.add, (JOB, st, _straggler(9), 201.0))  # a late L3-time finding: its own window
-    _run(fun.add, (JOB, st, {"l3": "dp/b", "w": 9}, 202.0))
+    _run(fun.add, (JOB, st, {"scope": "dp/b", "upto": 9, "ids": {}}, 202.0))
     _run(fun.tick, (JOB, st, 202.0))
     assert st["closed"] == 0
     assert st["fs"]["culprits"], "the finding was judged in window 0"

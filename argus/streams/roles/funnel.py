@@ -46,6 +46,7 @@ from argus.routing import Routing
 from argus.streams import metrics
 from argus.streams.roles.context import RoleContext, remember
 from argus.streams.roles.outbox import OutboxEntry, entry
+from argus.streams.roles.state import FunnelJobState
 
 __all__ = ["Funnel", "finding_from_anomaly"]
 
@@ -104,21 +105,22 @@ class Funnel:
         # outgrew a 1 MB changelog record
         self.buckets = ctx.table("funnel-buckets")
 
-    def new(self, key: str) -> dict[str, Any]:
-        return {
-            "fs": funnel.FunnelState().to_dict(),
-            "buckets": {},
-            "closed": None,
-            "progress": -1,
-            "passed": {},
-            "t_progress": 0.0,
-            "l3": {},
-            "seen": [],
-            "outbox": [],
-            "expect": {},  # anomaly id -> window_end_step, announced by progress, not yet here
-        }
+    def new(self, key: str) -> FunnelJobState:
+        return FunnelJobState(
+            fs=funnel.FunnelState().to_dict(),
+            buckets={},
+            closed=None,
+            progress=-1,
+            passed={},
+            t_progress=0.0,
+            l3={},
+            l3n={},
+            seen=[],
+            outbox=[],
+            expect={},
+        )
 
-    def _start(self, st: dict[str, Any], step: int, now: float) -> None:
+    def _start(self, st: FunnelJobState, step: int, now: float) -> None:
         """First progress of the job: its windows start at that step's window, or at the
         earliest window a finding that came before it belongs to (windows before are not
         ours)."""
@@ -127,23 +129,23 @@ class Funnel:
             st["closed"] = first - 1
             st["t_progress"] = now
 
-    async def add(self, job: str, st: dict[str, Any], m: dict[str, Any], now: float) -> None:
+    async def add(self, job: str, st: FunnelJobState, m: dict[str, Any], now: float) -> None:
         self._resumed(job, st, now)
-        if "l3" in m:
-            st["l3"][m["l3"]] = max(int(m["w"]), int(st["l3"].get(m["l3"], -1)))
+        if "scope" in m:  # L3Progress
+            st["l3"][m["scope"]] = max(int(m["upto"]), int(st["l3"].get(m["scope"], -1)))
             self._expect(st, m)
             return
-        if "progress" in m:
+        if "progress" in m:  # StepProgress
             self._start(st, int(m["progress"]), now)
             st["progress"] = max(st["progress"], int(m["progress"]))
             st["t_progress"] = now
             if m.get("l3n"):  # L3 scopes that will judge this step's kernels
                 win = str(int(m["progress"]) // self.w)
-                need = st.setdefault("l3n", {})
+                need = st["l3n"]
                 need[win] = max(int(need.get(win, 0)), int(m["l3n"]))
             self._expect(st, m)
             return
-        st.setdefault("expect", {}).pop(m["id"], None)
+        st["expect"].pop(m["id"], None)
         if not remember(st["seen"], m["id"]):
             metrics.DUPLICATES.labels("funnel").inc()
             return
@@ -156,15 +158,15 @@ class Funnel:
         st["buckets"][str(k)] = int(st["buckets"].get(str(k), 0)) + 1
 
     @staticmethod
-    def _expect(st: dict[str, Any], m: dict[str, Any]) -> None:
+    def _expect(st: FunnelJobState, m: dict[str, Any]) -> None:
         """Findings a progress message names: sent before it, still on their way (one hop
         more, through ``argus.anomalies``); the windows they belong to wait for them."""
-        expect = st.setdefault("expect", {})
+        expect = st["expect"]
         for i, end in (m.get("ids") or {}).items():
             if i not in st["seen"]:
                 expect[i] = int(end)
 
-    def _resumed(self, job: str, st: dict[str, Any], now: float) -> bool:
+    def _resumed(self, job: str, st: FunnelJobState, now: float) -> bool:
         """First sight of a job's state in this process (after a restart): the time the
         funnel itself was down is not the job's idleness, or its open alerts would resolve
         and trigger anew; count idleness from now."""
@@ -174,7 +176,7 @@ class Funnel:
         st["t_progress"] = max(float(st["t_progress"]), now)
         return True
 
-    async def tick(self, job: str, st: dict[str, Any], now: float) -> bool:
+    async def tick(self, job: str, st: FunnelJobState, now: float) -> bool:
         """Close every window whose sources passed it (event time), then the bounds."""
         if st["closed"] is None:
             return False
@@ -202,11 +204,11 @@ class Funnel:
             changed = True
         return changed
 
-    def _l3_judged(self, st: dict[str, Any], k: int, end: int) -> bool | None:
+    def _l3_judged(self, st: FunnelJobState, k: int, end: int) -> bool | None:
         """Whether L3 judged window ``k`` (last step ``end``): True/False, or None when the
         job declares no kernel windows for it but L3 scopes of it are known (undecidable on
         event time: the caller falls back to the grace)."""
-        need = int(st.get("l3n", {}).get(str(k), 0))
+        need = int(st["l3n"].get(str(k), 0))
         done = sum(1 for w in st["l3"].values() if w >= end)
         if need:
             return done >= need
@@ -215,20 +217,20 @@ class Funnel:
         return None
 
     @staticmethod
-    def _awaited(st: dict[str, Any], end: int) -> bool:
+    def _awaited(st: FunnelJobState, end: int) -> bool:
         """Step findings up to step ``end`` announced by a progress message, not yet here."""
-        return any(e <= end for e in st.get("expect", {}).values())
+        return any(e <= end for e in st["expect"].values())
 
-    async def _close(self, job: str, st: dict[str, Any], k: int) -> None:
+    async def _close(self, job: str, st: FunnelJobState, k: int) -> None:
         held = self.buckets.get(f"{job}|{k}") if st["buckets"].pop(str(k), None) else None
         if held is not None:
             del self.buckets[f"{job}|{k}"]
         findings = [finding_from_anomaly(f) for f in held or ()]
         st["passed"].pop(str(k), None)
-        st.get("l3n", {}).pop(str(k), None)
+        st["l3n"].pop(str(k), None)
         st["closed"] = k
         end = (k + 1) * self.w - 1
-        st["expect"] = {i: e for i, e in st.get("expect", {}).items() if e > end}  # late now
+        st["expect"] = {i: e for i, e in st["expect"].items() if e > end}  # late now
         fs, out = funnel.step(
             funnel.FunnelState.from_dict(st["fs"]), findings, self.cfg, groups=self.groups
         )
@@ -236,9 +238,7 @@ class Funnel:
         if self.on_window is not None:
             self.on_window(k * self.w, end, out)
         # verdicts and alerts leave through the outbox, after the state that knows of them
-        st.setdefault("outbox", []).extend(
-            _outbox(self.incarnation, out, (k * self.w, end), time.time_ns())
-        )
+        st["outbox"].extend(_outbox(self.incarnation, out, (k * self.w, end), time.time_ns()))
 
 
 def _outbox(

@@ -17,6 +17,7 @@ from argus.detectors.l3_window import detect_window, table_from_summaries
 from argus.routing import Routing
 from argus.streams import metrics, windows
 from argus.streams.roles.context import RoleContext, emit_findings
+from argus.streams.roles.state import KernelItem, L3Progress, L3State
 from argus.summaries.summary_record import KernelNames, names_from_summary
 
 __all__ = ["L3Windows", "route_summary"]
@@ -24,22 +25,22 @@ __all__ = ["L3Windows", "route_summary"]
 
 def route_summary(
     rec: Mapping[str, Any], value: bytes, routing: Routing, part: int = 0
-) -> list[tuple[str, dict[str, Any]]]:
+) -> list[tuple[str, KernelItem]]:
     """The routed item of one ``kernel_summary`` (``value``: its encoded bytes; ``part``: the
     partition it came from): ``[(job/dp/<scope group>, item)]``."""
     sid = routing.group_for_kind(rec["coords"], "dp")
     return [
         (
             f"{rec['job']}/dp/{sid}",
-            {
-                "r": rec["rank"],
-                "w": rec["window_id"],
-                "exp": routing.expected_size(rec["coords"], "dp"),
-                "v": base64.b64encode(value).decode(),
-                "p": part,
+            KernelItem(
+                rank=rec["rank"],
+                window=rec["window_id"],
+                expected=routing.expected_size(rec["coords"], "dp"),
+                summary=base64.b64encode(value).decode(),
+                part=part,
                 # names this summary announces, kept by the scope (a restart needs them)
-                "n": {str(k): v for k, v in names_from_summary(rec).items()},
-            },
+                names={str(k): v for k, v in names_from_summary(rec).items()},
+            ),
         )
     ]
 
@@ -68,30 +69,30 @@ class L3Windows:
         self.idle = ctx.pcfg.idle_close_s
         self.seen: dict[str, float] = {}  # key -> last input in this process (idle bound only)
 
-    def new(self, key: str) -> dict[str, Any]:
-        return {"win": windows.new_state(), "block": [], "emitted": []}
+    def new(self, key: str) -> L3State:
+        return L3State(win=windows.new_state(), block=[], emitted=[])
 
-    async def add(self, gk: str, st: dict[str, Any], m: dict[str, Any], now: float) -> None:
+    async def add(self, gk: str, st: L3State, m: KernelItem, now: float) -> None:
         self.seen[gk] = now
         status, closed = windows.add(
             st["win"],
-            step=m["w"],
-            rank=m["r"],
-            expected=m["exp"],
+            step=m["window"],
+            rank=m["rank"],
+            expected=m["expected"],
             lateness=self.lateness,
-            part=str(m.get("p", 0)),
+            part=str(m["part"]),
         )
-        if m.get("n"):
-            self._keep_names(gk, m["n"])
+        if m["names"]:
+            self._keep_names(gk, m["names"])
         if status == "new":
-            self.cells[f"{gk}|{m['w']}|{m['r']}"] = m["v"]
+            self.cells[f"{gk}|{m['window']}|{m['rank']}"] = m["summary"]
         elif status == "dup":
             metrics.DUPLICATES.labels("l3").inc()
         else:
             metrics.LATE.labels("l3").inc()
             await self.ctx.late(
                 "l3",
-                f"late: kernel window {m['w']} of {gk} rank {m['r']} closed without it (the"
+                f"late: kernel window {m['window']} of {gk} rank {m['rank']} closed without it (the"
                 f" scope's watermark passed it by {self.lateness} windows)",
             )
         if closed:
@@ -105,7 +106,7 @@ class L3Windows:
         if any(kept.get(k) != v for k, v in names.items()):
             self.name_table[gk] = {**kept, **names}
 
-    async def tick(self, gk: str, st: dict[str, Any], now: float) -> bool:
+    async def tick(self, gk: str, st: L3State, now: float) -> bool:
         """The idle bound, the only processing-time rule: a scope without input in this
         process for ``idle_close_s`` closes its pending windows incomplete and runs its last,
         partial block (a finished or stalled job)."""
@@ -115,7 +116,7 @@ class L3Windows:
         await self.finish(gk, st)
         return True
 
-    async def finish(self, gk: str, st: dict[str, Any]) -> None:
+    async def finish(self, gk: str, st: L3State) -> None:
         """Close every pending window incomplete and judge the partial block (idle, or the
         end of the offline driver's input)."""
         closed = windows.flush(st["win"])
@@ -124,9 +125,7 @@ class L3Windows:
         if st["block"]:
             await self.run_block(gk, st, (int(st["block_id"]) + 1) * self.block - 1)
 
-    async def on_closed(
-        self, gk: str, st: dict[str, Any], closed: list[windows.ClosedStep]
-    ) -> None:
+    async def on_closed(self, gk: str, st: L3State, closed: list[windows.ClosedStep]) -> None:
         """Blocks of ``l3_windows`` window ids, aligned: a block runs when its last window
         closed or a window of a later block did (event time only); either way L3 then has
         judged every window below the next block, which its progress tells the funnel."""
@@ -138,13 +137,13 @@ class L3Windows:
                 await self.run_block(gk, st, b * self.block - 1)
             if not st["block"]:
                 st["block_id"] = b
-            st["block"].append([c.step, list(c.ranks)])
+            st["block"].append((c.step, list(c.ranks)))
             if c.incomplete:
                 st["block_inc"] = c.step
             if c.step % self.block == self.block - 1:  # the block's last window
                 await self.run_block(gk, st, c.step)
 
-    async def run_block(self, gk: str, st: dict[str, Any], upto: int) -> None:
+    async def run_block(self, gk: str, st: L3State, upto: int) -> None:
         """Judge the open block; then tell the funnel that L3 judged this scope's windows
         up to window id ``upto`` (steps: the collectors number windows by first step)."""
         job = gk.split("/", 1)[0]
@@ -164,7 +163,9 @@ class L3Windows:
         # naming the findings just sent: they reach the funnel one hop later (anomalies)
         ids = {a["id"]: a["window_end_step"] for a in sent}
         await self.ctx.send_keyed(
-            self.progress, job, {"items": [{"l3": gk, "w": upto, "ids": ids}], "t": time.time()}
+            self.progress,
+            job,
+            {"items": [L3Progress(scope=gk, upto=upto, ids=ids)], "t": time.time()},
         )
 
     async def _judge(

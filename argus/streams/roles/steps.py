@@ -44,6 +44,18 @@ from argus.routing import DIMS, Routing, group_span, rank_of
 from argus.streams import metrics, windows
 from argus.streams.pipeline_config import PipelineConfig
 from argus.streams.roles.context import RoleContext, emit_findings, partition_of
+from argus.streams.roles.state import (
+    BlockHistory,
+    BlockState,
+    Digest,
+    JobHistory,
+    JobState,
+    JobStepAggregate,
+    StepAggregate,
+    StepCell,
+    StepItem,
+    StepProgress,
+)
 from argus.streams.step_digest import (
     block_key,
     block_of,
@@ -100,12 +112,16 @@ def collector_metrics(job: str, rec: dict[str, Any]) -> None:
         metrics.COLLECTOR_OVERHEAD.labels(job).set(float(c.get("overhead_ns", 0)) / it)
 
 
-def _fold(agg: list[Any] | None, it: float, a: int, b: int, world: int) -> list[Any]:
-    """A step's ``[max iteration ns, min start ns, max end ns, world size]`` with one more
-    report (``agg`` None: the first)."""
+def _fold(agg: StepAggregate | None, more: StepAggregate) -> StepAggregate:
+    """A step's aggregate with ``more`` folded in (``agg`` None: the first)."""
     if agg is None:
-        return [it, a, b, world]
-    return [max(agg[0], it), min(agg[1], a), max(agg[2], b), max(agg[3], world)]
+        return more
+    return StepAggregate(
+        iter_ns=max(agg["iter_ns"], more["iter_ns"]),
+        start_ns=min(agg["start_ns"], more["start_ns"]),
+        end_ns=max(agg["end_ns"], more["end_ns"]),
+        world=max(agg["world"], more["world"]),
+    )
 
 
 class _Tier:
@@ -122,13 +138,10 @@ class _Tier:
     idle: float
     seen: dict[str, float]
 
-    def new(self, key: str) -> dict[str, Any]:
-        return {"win": windows.new_state(), "agg": {}}
-
     def _window_add(
         self,
         key: str,
-        st: dict[str, Any],
+        st: BlockState | JobState,
         *,
         step: int,
         rank: int,
@@ -141,21 +154,21 @@ class _Tier:
             st["win"], step=step, rank=rank, expected=expected, lateness=self.lateness, part=part
         )
 
-    async def tick(self, key: str, st: dict[str, Any], now: float) -> bool:
+    async def tick(self, key: str, st: Any, now: float) -> bool:
         last = self.seen.setdefault(key, now)
         if not st["win"]["pending"] or now - last < self.idle:
             return False
         await self.finish(key, st)
         return True
 
-    async def finish(self, key: str, st: dict[str, Any]) -> None:
+    async def finish(self, key: str, st: Any) -> None:
         """Close every pending step incomplete (idle in processing time, or end of input)."""
         closed = windows.flush(st["win"])
         if closed:
             await self.close(key, st, closed)
 
     async def close(
-        self, key: str, st: dict[str, Any], closed: list[windows.ClosedStep]
+        self, key: str, st: Any, closed: list[windows.ClosedStep]
     ) -> None:  # pragma: no cover - each tier defines it
         raise NotImplementedError
 
@@ -176,7 +189,7 @@ class _Tier:
 class _L2Steps:
     """L2 over a sliding window of closed steps whose group windows sit in a table.
 
-    ``h["recent"]`` lists ``[step, [block, ...]]`` of the closed steps; the windows of a
+    ``h["recent"]`` lists ``(step, [block, ...])`` of the closed steps; the windows of a
     step are under ``<job>|<step>|b<block>`` (lists of :func:`window_to_json`), joined once
     per step into a cache (rebuilt from the table after a restart) and over the last
     ``l2_window_steps`` steps for :func:`argus.detectors.l2.detect`.
@@ -205,7 +218,7 @@ class _L2Steps:
         if whole is not None:
             self.cache.setdefault(whole[0], {})[step] = whole[1]
 
-    def run(self, key: str, job: str, h: dict[str, Any]) -> list[Finding]:
+    def run(self, key: str, job: str, h: BlockHistory) -> list[Finding]:
         h["recent"].sort()
         cache = self.cache.setdefault(key, {})
         self.cache.move_to_end(key)
@@ -260,57 +273,73 @@ class StepBlocks(_Tier):
         self.l2 = _L2Steps(ctx, "steps-block-windows")
         self.out = ctx.internal_topic("steps-by-job")
 
-    async def add(self, key: str, st: dict[str, Any], m: dict[str, Any], now: float) -> None:
+    def new(self, key: str) -> BlockState:
+        return BlockState(win=windows.new_state(), agg={}, l3={})
+
+    async def add(self, key: str, st: BlockState, m: StepItem, now: float) -> None:
         job, blk = _split(key)
         status, closed = self._window_add(
             key,
             st,
-            step=m["s"],
-            rank=m["r"],
-            expected=block_size(m["w"], blk, self.block_ranks),
+            step=m["step"],
+            rank=m["rank"],
+            expected=block_size(m["world"], blk, self.block_ranks),
             now=now,
-            part=str(m.get("p", 0)),
+            part=str(m["part"]),
         )
         if status == "new":
             if "l2" in self.levels:
-                self.cells[f"{job}|{m['s']}|{m['r']}"] = [m["a"], m["b"], m["c"], m["ph"]]
-            s = str(m["s"])
-            st["agg"][s] = _fold(st["agg"].get(s), float(m["b"] - m["a"]), m["a"], m["b"], m["w"])
-            if m.get("k"):  # a kernel batch covers it: L3 scopes the funnel will wait for
-                scopes = m["w"] // self.routing.expected_size(m["c"], "dp")
-                st.setdefault("l3", {})[s] = max(scopes, st.get("l3", {}).get(s, 0))
+                self.cells[f"{job}|{m['step']}|{m['rank']}"] = StepCell(
+                    start_ns=m["start_ns"],
+                    end_ns=m["end_ns"],
+                    coords=m["coords"],
+                    phases=m["phases"],
+                )
+            s = str(m["step"])
+            st["agg"][s] = _fold(
+                st["agg"].get(s),
+                StepAggregate(
+                    iter_ns=float(m["end_ns"] - m["start_ns"]),
+                    start_ns=m["start_ns"],
+                    end_ns=m["end_ns"],
+                    world=m["world"],
+                ),
+            )
+            if m["kernels"]:  # a kernel batch covers it: L3 scopes the funnel will wait for
+                scopes = m["world"] // self.routing.expected_size(m["coords"], "dp")
+                st["l3"][s] = max(scopes, st["l3"].get(s, 0))
         else:
             await self._repeated(
                 status,
-                f"late: step {m['s']} of {job} rank {m['r']} closed without it (its block's"
-                f" watermark passed it by {self.lateness} steps)",
+                f"late: step {m['step']} of {job} rank {m['rank']} closed without it (its"
+                f" block's watermark passed it by {self.lateness} steps)",
             )
         if closed:
             await self.close(key, st, closed)
 
-    async def close(self, key: str, st: dict[str, Any], closed: list[windows.ClosedStep]) -> None:
+    async def close(self, key: str, st: BlockState, closed: list[windows.ClosedStep]) -> None:
         """One digest per closed step, L2 of the block's own groups judged after each step
         (so the findings do not depend on how many steps one event closed)."""
         job, blk = _split(key)
-        h = self.hist.get(key) or {"recent": [], "emitted": []}
-        digests = []
+        h: BlockHistory = self.hist.get(key) or BlockHistory(recent=[], emitted=[])
+        digests: list[Digest] = []
         for c in closed:
             metrics.WINDOWS.labels("steps-block", self._outcome(c)).inc()
             agg = st["agg"].pop(str(c.step), None)
             if agg is None:
                 continue
-            digest: dict[str, Any] = {
-                "s": c.step,
-                "blk": blk,
-                "agg": agg,
-                "got": list(c.ranks),
-                "p": partition_of(key, self.ctx.pcfg.internal_partitions),  # of this block
-            }
+            digest = Digest(
+                step=c.step,
+                block=blk,
+                agg=agg,
+                ranks=list(c.ranks),
+                part=partition_of(key, self.ctx.pcfg.internal_partitions),  # of this block
+            )
             if c.incomplete:
-                digest["inc"] = True
-            scopes = st.get("l3", {}).pop(str(c.step), 0)
+                digest["incomplete"] = True
+            scopes = st["l3"].pop(str(c.step), 0)
             if scopes:
-                digest["l3"] = scopes
+                digest["l3_scopes"] = scopes
             if "l2" in self.levels:
                 up = []
                 own: list[GroupWindow] = []
@@ -323,11 +352,11 @@ class StepBlocks(_Tier):
                     else:
                         up.append(window_to_json(w))
                 self.l2.store(job, c.step, blk, [window_to_json(w) for w in own], whole=(key, own))
-                h["recent"].append([c.step, [blk]])
+                h["recent"].append((c.step, [blk]))
                 sent = await emit_findings(
                     self.ctx, self.l2.run(key, job, h), h["emitted"], "steps"
                 )
-                digest["gw"] = up
+                digest["group_windows"] = up
                 # the job tier announces them to the funnel with its progress
                 digest["ids"] = {a["id"]: a["window_end_step"] for a in sent}
             digests.append(digest)
@@ -345,18 +374,18 @@ class StepBlocks(_Tier):
             if cell is None:
                 continue
             del self.cells[key]
-            a, b, co, ph = cell
+            a = cell["start_ns"]
             records.append(
                 {
                     "job": job,
                     "rank": r,
                     "step": step,
                     "start_ns": a,
-                    "end_ns": b,
-                    "coords": co,
+                    "end_ns": cell["end_ns"],
+                    "coords": cell["coords"],
                     "phases": [
                         {"name": n, "stream_kind": k, "duration_ns": d, "start_ns": a}
-                        for n, k, d in ph
+                        for n, k, d in cell["phases"]
                     ],
                 }
             )
@@ -391,65 +420,64 @@ class JobSteps(_Tier):
         self.l2 = _L2Steps(ctx, "steps-digests")
         self.progress = ctx.internal_topic("funnel-jobs")
 
-    async def add(self, job: str, st: dict[str, Any], m: dict[str, Any], now: float) -> None:
-        it, a, b, world = m["agg"]
+    def new(self, key: str) -> JobState:
+        return JobState(win=windows.new_state(), agg={})
+
+    async def add(self, job: str, st: JobState, m: Digest, now: float) -> None:
         status, closed = self._window_add(
             job,
             st,
-            step=m["s"],
-            rank=m["blk"],
-            expected=blocks_in(world, self.block_ranks),
+            step=m["step"],
+            rank=m["block"],
+            expected=blocks_in(m["agg"]["world"], self.block_ranks),
             now=now,
-            part=str(m.get("p", 0)),
+            part=str(m["part"]),
         )
         if status == "new":
-            self.l2.store(job, m["s"], m["blk"], m.get("gw") or [])
-            s = str(m["s"])
-            prev = st["agg"].get(s)  # + the ranks that reported, the blocks' finding ids
-            got, ids = (prev[4], prev[5]) if prev else ([], {})
-            inc = bool(prev[6]) if prev and len(prev) > 6 else False  # a block's was incomplete
-            scopes = int(prev[7]) if prev and len(prev) > 7 else 0  # L3 scopes to wait for
-            st["agg"][s] = [
-                *_fold(prev[:4] if prev else None, it, a, b, world),
-                got + list(m["got"]),
-                {**ids, **(m.get("ids") or {})},
-                inc or bool(m.get("inc")),
-                max(scopes, int(m.get("l3") or 0)),
-            ]
+            self.l2.store(job, m["step"], m["block"], m.get("group_windows") or [])
+            s = str(m["step"])
+            prev = st["agg"].get(s)
+            st["agg"][s] = JobStepAggregate(
+                **_fold(_aggregate(prev) if prev else None, m["agg"]),
+                ranks=(prev["ranks"] if prev else []) + m["ranks"],
+                ids={**(prev["ids"] if prev else {}), **m.get("ids", {})},
+                incomplete=bool(prev and prev["incomplete"]) or m.get("incomplete", False),
+                l3_scopes=max(prev["l3_scopes"] if prev else 0, m.get("l3_scopes", 0)),
+            )
         else:
             await self._repeated(
                 status,
-                f"late: step {m['s']} of {job} block {m['blk']} closed without its digest"
+                f"late: step {m['step']} of {job} block {m['block']} closed without its digest"
                 f" (the job's watermark passed it by {self.lateness} steps)",
             )
         if closed:
             await self.close(job, st, closed)
 
-    async def close(self, job: str, st: dict[str, Any], closed: list[windows.ClosedStep]) -> None:
+    async def close(self, job: str, st: JobState, closed: list[windows.ClosedStep]) -> None:
         """L1 and L2 after each closed step, in step order, then one progress message."""
-        h = self.hist.get(job) or {"rows": [], "recent": [], "emitted": []}
+        h: JobHistory = self.hist.get(job) or JobHistory(rows=[], recent=[], emitted=[])
         announced: dict[str, int] = {}  # findings of the blocks' tier, for the funnel
         done: list[tuple[int, int]] = []  # (step, L3 scopes that will judge it)
         for c in closed:
             agg = st["agg"].pop(str(c.step), None)
             if agg is None:
                 continue
-            it, a, b, world, got, ids = agg[:6]
-            incomplete = c.incomplete or (len(agg) > 6 and bool(agg[6]))
-            announced.update(ids)
-            done.append((c.step, int(agg[7]) if len(agg) > 7 else 0))
-            missing = [] if incomplete else sorted(set(range(int(world))) - set(got))
+            a, b, world = agg["start_ns"], agg["end_ns"], agg["world"]
+            incomplete = c.incomplete or agg["incomplete"]
+            announced.update(agg["ids"])
+            done.append((c.step, agg["l3_scopes"]))
+            missing = [] if incomplete else sorted(set(range(world)) - set(agg["ranks"]))
             metrics.WINDOWS.labels(
                 "steps", "incomplete" if incomplete else "timeout" if missing else "complete"
             ).inc()
             found: list[Finding] = []
             if "l1" in self.levels:  # L1 trims it to its history
-                h["rows"].append([c.step, it, a, b])
+                h["rows"].append((c.step, agg["iter_ns"], a, b))
             if "l2" in self.levels:  # L2 trims it to its window
-                h["recent"].append([c.step, list(c.ranks)])  # the blocks that reported
+                h["recent"].append((c.step, list(c.ranks)))  # the blocks that reported
             if missing:
                 metrics.MISSING.labels("steps").inc(len(missing))
-                found.append(missing_finding(job, c.step, missing, int(world), a, b))
+                found.append(missing_finding(job, c.step, missing, world, a, b))
             if "l1" in self.levels:
                 found += self._l1(job, h)
             if "l2" in self.levels:
@@ -459,20 +487,26 @@ class JobSteps(_Tier):
             sent = await emit_findings(self.ctx, found, h["emitted"], "steps")
             announced.update({a["id"]: a["window_end_step"] for a in sent})
         if done:  # after the findings, naming them: the funnel waits for them to arrive
-            items: list[dict[str, Any]] = [
-                {"progress": s, "l3n": n} if n else {"progress": s} for s, n in done
+            items = [
+                StepProgress(progress=s, l3n=n) if n else StepProgress(progress=s) for s, n in done
             ]
             items[-1]["ids"] = announced
             await self.ctx.send_keyed(self.progress, job, {"items": items, "t": time.time()})
         self.hist[job] = h
 
-    def _l1(self, job: str, h: dict[str, Any]) -> list[Finding]:
+    def _l1(self, job: str, h: JobHistory) -> list[Finding]:
         h["rows"] = sorted({r[0]: r for r in h["rows"]}.values())[-_HISTORY:]
         t0 = time.perf_counter()
         s, it, a, b = (list(x) for x in zip(*h["rows"], strict=True))
         out = l1.detect(s, it, job=job, cfg=self.ctx.detectors.l1, start_ns=a, end_ns=b)
         metrics.DETECT_S.labels("L1").observe(time.perf_counter() - t0)
         return out
+
+
+def _aggregate(a: JobStepAggregate) -> StepAggregate:
+    return StepAggregate(
+        iter_ns=a["iter_ns"], start_ns=a["start_ns"], end_ns=a["end_ns"], world=a["world"]
+    )
 
 
 def _incomplete(f: Finding, step: int) -> Finding:
@@ -482,7 +516,7 @@ def _incomplete(f: Finding, step: int) -> Finding:
 
 def route_step(
     rec: Mapping[str, Any], block_ranks: int = PipelineConfig.steps_block_ranks, part: int = 0
-) -> list[tuple[str, Any]]:
+) -> list[tuple[str, StepItem]]:
     """The router's re-keyed item of one step record: ``[(job|b<block>, slim record)]``.
 
     The block is that of the rank's layout position (:func:`argus.routing.rank_of`
@@ -490,19 +524,19 @@ def route_step(
     return [
         (
             block_key(rec["job"], block_of(rank_of(rec["coords"]), block_ranks)),
-            {
-                "r": rec["rank"],
-                "s": rec["step"],
-                "a": rec["start_ns"],
-                "b": rec["end_ns"],
-                "w": _world(rec["coords"]),
-                "c": rec["coords"],
-                "ph": [
-                    [p["name"], p.get("stream_kind", "compute"), p["duration_ns"]]
+            StepItem(
+                rank=rec["rank"],
+                step=rec["step"],
+                start_ns=rec["start_ns"],
+                end_ns=rec["end_ns"],
+                world=_world(rec["coords"]),
+                coords=rec["coords"],
+                phases=[
+                    (p["name"], p.get("stream_kind", "compute"), p["duration_ns"])
                     for p in rec["phases"]
                 ],
-                "k": bool((rec.get("collector") or {}).get("kernels", False)),
-                "p": part,  # the raw partition it came from (the windows' watermark)
-            },
+                kernels=bool((rec.get("collector") or {}).get("kernels", False)),
+                part=part,
+            ),
         )
     ]
