@@ -100,7 +100,7 @@ def acl_rules(prefix: str = "argus", users: Mapping[str, str] | None = None) -> 
     rules.append(AclRule(o, "group", f"{prefix}.ops", "prefixed", "READ"))
     # PagerDuty sink
     p = u["pagerduty"]
-    rules += _topic(p, t(("alerts",)), ("READ", "DESCRIBE"))
+    rules += _topic(p, t(("alerts", "jobs")), ("READ", "DESCRIBE"))  # jobs: the ranks' hosts
     rules += _topic(p, t(("dlq",)), ("WRITE", "DESCRIBE"))
     rules.append(AclRule(p, "group", f"{prefix}.pagerduty", "literal", "READ"))
     return rules

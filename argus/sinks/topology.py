@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
@@ -26,17 +27,24 @@ log = logging.getLogger("argus.sinks.topology")
 
 class JobHosts:
     """Rank -> host per job, folded from ``job_topology`` records (newest wins; ranks with
-    an empty host, e.g. the layout record rank 0 writes for the others, are skipped)."""
+    an empty host, e.g. the layout record rank 0 writes for the others, are skipped). The
+    ``max_jobs`` jobs least recently published are forgotten (the topic keeps every job)."""
 
-    def __init__(self) -> None:
-        self._by_job: dict[str, dict[int, str]] = {}
+    def __init__(self, max_jobs: int = 4096) -> None:
+        self.max_jobs = max_jobs
+        self._by_job: OrderedDict[str, dict[int, str]] = OrderedDict()
 
     def add(self, rec: Mapping[str, Any]) -> None:
         job = str(rec["job"])
+        known = self._by_job.pop(job, {})
         for r in rec.get("ranks") or ():
             host = str(r.get("host") or "")
             if host:
-                self._by_job.setdefault(job, {})[int(r["rank"])] = host
+                known[int(r["rank"])] = host
+        if known:
+            self._by_job[job] = known
+            while len(self._by_job) > self.max_jobs:
+                self._by_job.popitem(last=False)
 
     def hosts(self, job: str) -> dict[int, str]:
         """Rank -> host of ``job`` ({} when unknown)."""

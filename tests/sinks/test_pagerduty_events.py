@@ -288,3 +288,15 @@ def test_gives_up_only_when_bounded() -> None:
         RetryPolicy(jitter=2.0)
     with pytest.raises(ValueError):
         RetryPolicy().backoff_s(0)
+
+
+def test_job_hosts_fold_topology_records_newest_wins_bounded() -> None:
+    from argus.sinks.topology import JobHosts
+
+    h = JobHosts(max_jobs=2)
+    h.add({"job": "a", "ranks": [{"rank": 0, "host": "n0"}, {"rank": 1, "host": ""}]})
+    h.add({"job": "a", "ranks": [{"rank": 1, "host": "n1"}, {"rank": 0, "host": "n9"}]})
+    assert h.hosts("a") == {0: "n9", 1: "n1"} and h.hosts("zzz") == {}
+    h.add({"job": "b", "ranks": [{"rank": 0, "host": "m0"}]})
+    h.add({"job": "c", "ranks": [{"rank": 0, "host": "k0"}]})
+    assert h.hosts("a") == {} and h.hosts("c") == {0: "k0"}  # the oldest job forgotten

@@ -558,3 +558,12 @@ def test_report_url_is_checked_when_the_settings_load() -> None:
         sink_config(Settings(), "http://x/v2/enqueue", report_url="https://ops.example/{rank}")
     with pytest.raises(ConfigError, match="report_url must be an http"):
         sink_config(Settings(), "http://x/v2/enqueue", report_url="ops.example/r")
+
+
+def test_the_pagerduty_identity_may_read_the_job_topology() -> None:
+    """On a secure cluster the sink reads argus.jobs (the ranks' hosts) as its own user."""
+    from argus.kafka.acls import acl_rules
+
+    mine = {(r.name, r.operation) for r in acl_rules("argus") if r.user == "pagerduty"}
+    assert {("argus.jobs", "READ"), ("argus.jobs", "DESCRIBE")} <= mine
+    assert ("argus.jobs", "WRITE") not in mine
