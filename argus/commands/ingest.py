@@ -100,13 +100,11 @@ def ingest(
     ) as bar:
         task: Any = None
 
-        def on_file(f: Path, tr: RankTrace | None) -> None:
+        def on_file(f: Path, tr: RankTrace | None, total: int) -> None:
             nonlocal task
             if task is None:
-                from argus.ingest import find_traces
-
-                task = bar.add_task("reading traces", total=len(find_traces(path)))
-            bar.update(task, advance=1, description=f"reading {f.name[:40]}")
+                task = bar.add_task("reading traces", total=total)
+            bar.update(task, advance=1, description=f"read {f.name[:40]}")
 
         res = run_ingest(path, opts, on_file=on_file)
     t_read = time.monotonic() - t0

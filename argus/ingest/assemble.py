@@ -371,7 +371,7 @@ def ingest(
     path: str | Path | Sequence[str | Path],
     options: IngestOptions,
     *,
-    on_file: Callable[[Path, RankTrace | None], None] | None = None,
+    on_file: Callable[[Path, RankTrace | None, int], None] | None = None,
 ) -> IngestResult:
     """Read the trace files under ``path`` (or the given files) into one job.
 
@@ -381,7 +381,8 @@ def ingest(
         A directory (searched recursively), a file, or a list of files.
     options : IngestOptions
     on_file : callable, optional
-        Called after each file with its trace (None when it was skipped): a progress hook.
+        ``on_file(file, trace or None when skipped, number of files)`` after each file: a
+        progress hook.
 
     Raises
     ------
@@ -408,7 +409,7 @@ def ingest(
         if tr is not None:
             read.append(tr)
         if on_file is not None:
-            on_file(f, tr)
+            on_file(f, tr, len(files))
     traces = _resolve_ranks(read, options, skipped, warnings)
     if not traces:
         raise IngestError(

@@ -320,24 +320,71 @@ def read_kineto(path: str | Path, *, max_phases: int = 64) -> RankTrace:
         n_events=len(events),
     )
 
-    steps: dict[int, tuple[float, float]] = {}
-    ann_n: list[str] = []
-    ann_t: list[float] = []
-    ann_d: list[float] = []
-    bwd_t: list[float] = []
-    bwd_e: list[float] = []
-    kn: list[str] = []
-    kt: list[float] = []
-    kd: list[float] = []
-    ks: list[int] = []
-    kc: list[int] = []
-    lc: list[int] = []
-    lt: list[float] = []
-    cn: list[str] = []
-    ct: list[float] = []
-    cd: list[float] = []
-    cth: list[Any] = []
+    cols = _Cols()
     try:
+        cols.collect(events)
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise TraceError(
+            p, f"a complete event without a numeric ts/dur or a name ({exc!r})"
+        ) from exc
+    if not cols.steps:
+        raise TraceError(
+            p, "no ProfilerStep#N annotations (profile with a schedule and call prof.step())"
+        )
+    try:
+        st = _Steps.of(cols.steps, base)
+        tr.epoch_clock = base > 0 or int(st.s0.min()) >= EPOCH_NS_MIN
+        tr.steps = [
+            StepSpan(int(n), int(a), int(b))
+            for n, a, b in zip(st.nums, st.s0, st.s1, strict=True)
+            if b > a
+        ]
+        _phases(tr, st, cols)
+        if cols.kn:
+            _kernels_gpu(tr, st, cols)
+        elif cols.cn:
+            _kernels_cpu(tr, st, cols)
+    except (TypeError, ValueError) as exc:
+        raise TraceError(p, f"events with non-numeric ts/dur ({exc})") from exc
+    if not tr.steps:
+        raise TraceError(p, "every ProfilerStep#N has a zero duration")
+    for sp in tr.steps:  # the cap; the whole step when the trace names nothing inside it
+        ph = tr.phases.get(sp.step, [])
+        if len(ph) > max_phases:
+            ph = sorted(
+                sorted(ph, key=lambda x: -x.duration_ns)[:max_phases], key=lambda x: x.start_ns
+            )
+        tr.phases[sp.step] = ph or [
+            PhaseSpan("step", "compute", sp.start_ns, sp.end_ns - sp.start_ns, "cpu")
+        ]
+    return tr
+
+
+@dataclass
+class _Cols:
+    """The columns of the events :func:`read_kineto` reads, in file order (µs floats)."""
+
+    steps: dict[int, tuple[float, float]] = field(default_factory=dict)  # N -> (ts, dur)
+    ann_n: list[str] = field(default_factory=list)  # user annotations
+    ann_t: list[float] = field(default_factory=list)
+    ann_d: list[float] = field(default_factory=list)
+    bwd_t: list[float] = field(default_factory=list)  # autograd evaluate_function ops
+    bwd_e: list[float] = field(default_factory=list)
+    kn: list[str] = field(default_factory=list)  # GPU kernels
+    kt: list[float] = field(default_factory=list)
+    kd: list[float] = field(default_factory=list)
+    ks: list[int] = field(default_factory=list)
+    kc: list[int] = field(default_factory=list)
+    lc: list[int] = field(default_factory=list)  # launches: correlation, ts
+    lt: list[float] = field(default_factory=list)
+    cn: list[str] = field(default_factory=list)  # CPU ops
+    ct: list[float] = field(default_factory=list)
+    cd: list[float] = field(default_factory=list)
+    cth: list[Any] = field(default_factory=list)
+
+    def collect(self, events: list[Any]) -> None:
+        """One pass over the events (the hot loop: plain appends, no per-event calls)."""
+        steps = self.steps
         for e in events:
             if e.get("ph") != "X":
                 continue
@@ -346,26 +393,26 @@ def read_kineto(path: str | Path, *, max_phases: int = 64) -> RankTrace:
             if cat == "cpu_op":
                 ts = e["ts"]
                 dur = e["dur"]
-                cn.append(name)
-                ct.append(ts)
-                cd.append(dur)
-                cth.append(e.get("tid"))
+                self.cn.append(name)
+                self.ct.append(ts)
+                self.cd.append(dur)
+                self.cth.append(e.get("tid"))
                 if name.startswith(_BWD_PREFIX):
-                    bwd_t.append(ts)
-                    bwd_e.append(ts + dur)
+                    self.bwd_t.append(ts)
+                    self.bwd_e.append(ts + dur)
             elif cat == "kernel":
                 a = e.get("args") or {}
-                kn.append(name)
-                kt.append(e["ts"])
-                kd.append(e["dur"])
-                ks.append(_tid(a.get("stream", e.get("tid", 0))))
+                self.kn.append(name)
+                self.kt.append(e["ts"])
+                self.kd.append(e["dur"])
+                self.ks.append(_tid(a.get("stream", e.get("tid", 0))))
                 c = a.get("correlation")
-                kc.append(c if isinstance(c, int) else -1)
+                self.kc.append(c if isinstance(c, int) else -1)
             elif cat == "cuda_runtime" or cat == "cuda_driver":
                 c = (e.get("args") or {}).get("correlation")
                 if isinstance(c, int):
-                    lc.append(c)
-                    lt.append(e["ts"])
+                    self.lc.append(c)
+                    self.lt.append(e["ts"])
             elif isinstance(cat, str) and cat.startswith("gpu_"):
                 continue
             elif isinstance(name, str) and name.startswith("ProfilerStep#"):
@@ -377,225 +424,162 @@ def read_kineto(path: str | Path, *, max_phases: int = 64) -> RankTrace:
                     if old is None or dur > old[1]:
                         steps[n] = (ts, dur)
             elif cat == "user_annotation":
-                ann_n.append(name)
-                ann_t.append(e["ts"])
-                ann_d.append(e["dur"])
-    except (KeyError, TypeError, AttributeError) as exc:
-        raise TraceError(
-            p, f"a complete event without a numeric ts/dur or a name ({exc!r})"
-        ) from exc
-    if not steps:
-        raise TraceError(
-            p, "no ProfilerStep#N annotations (profile with a schedule and call prof.step())"
-        )
+                self.ann_n.append(name)
+                self.ann_t.append(e["ts"])
+                self.ann_d.append(e["dur"])
 
-    try:
+
+@dataclass(frozen=True)
+class _Steps:
+    """A file's steps sorted by start: numbers and ``[s0, s1)`` ns; ``base`` ns for ts."""
+
+    nums: npt.NDArray[np.int64]
+    s0: npt.NDArray[np.int64]
+    s1: npt.NDArray[np.int64]
+    base: int
+
+    @classmethod
+    def of(cls, steps: dict[int, tuple[float, float]], base: int) -> _Steps:
         nums = np.array(sorted(steps, key=lambda n: steps[n][0]), np.int64)
-        s_ts = np.array([steps[int(n)][0] for n in nums], np.float64)
-        s_dur = np.array([steps[int(n)][1] for n in nums], np.float64)
-        s0 = _us_to_ns(s_ts, base)
-        s1 = s0 + np.rint(s_dur * 1000.0).astype(np.int64)
-        tr.epoch_clock = base > 0 or int(s0.min()) >= EPOCH_NS_MIN
-        tr.steps = [
-            StepSpan(int(n), int(a), int(b)) for n, a, b in zip(nums, s0, s1, strict=True) if b > a
-        ]
-        _phases(tr, nums, s0, s1, base, ann_n, ann_t, ann_d, bwd_t, bwd_e, max_phases)
-        if kn:
-            _kernels_gpu(tr, nums, s0, s1, base, kn, kt, kd, ks, kc, lc, lt, max_phases)
-        elif cn:
-            _kernels_cpu(tr, nums, s0, s1, base, cn, ct, cd, cth)
-    except (TypeError, ValueError) as exc:
-        raise TraceError(p, f"events with non-numeric ts/dur ({exc})") from exc
-    if not tr.steps:
-        raise TraceError(p, "every ProfilerStep#N has a zero duration")
-    for n in {s.step for s in tr.steps}:
-        tr.phases.setdefault(n, [])
-    for s in tr.steps:  # the whole step when the trace names nothing inside it
-        if not tr.phases[s.step]:
-            tr.phases[s.step] = [
-                PhaseSpan("step", "compute", s.start_ns, s.end_ns - s.start_ns, "cpu")
-            ]
-    return tr
+        s0 = _us_to_ns(np.array([steps[int(n)][0] for n in nums], np.float64), base)
+        dur = np.array([steps[int(n)][1] for n in nums], np.float64)
+        return cls(nums, s0, s0 + _dur_ns(dur), base)
+
+    def ns(self, ts: list[float]) -> npt.NDArray[np.int64]:
+        """µs ``ts`` -> ns since the epoch."""
+        return _us_to_ns(np.asarray(ts, np.float64), self.base)
+
+    def index(self, t: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        """Index of the step holding each time ``t`` (ns), -1 outside every step."""
+        i = np.searchsorted(self.s0, t, side="right") - 1
+        ok = (i >= 0) & (t < self.s1[np.maximum(i, 0)])
+        return np.where(ok, i, -1)
 
 
-def _step_of(
-    t: npt.NDArray[np.int64], s0: npt.NDArray[np.int64], s1: npt.NDArray[np.int64]
-) -> npt.NDArray[np.int64]:
-    """Index into the sorted steps of the step holding each time, -1 outside every step."""
-    i = np.searchsorted(s0, t, side="right") - 1
-    ok = (i >= 0) & (t < s1[np.maximum(i, 0)])
-    return np.where(ok, i, -1)
+def _dur_ns(dur: npt.ArrayLike) -> npt.NDArray[np.int64]:
+    return np.rint(np.asarray(dur, np.float64) * 1000.0).astype(np.int64)
 
 
 def _add_phases(
     tr: RankTrace,
-    nums: npt.NDArray[np.int64],
+    st: _Steps,
     names: list[tuple[str, str]],
-    idx: npt.NDArray[np.int64],
-    code: npt.NDArray[np.int64],
-    start: npt.NDArray[np.int64],
-    end: npt.NDArray[np.int64],
+    spans: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]],
     timer: str,
+    at: npt.NDArray[np.int64] | None = None,
 ) -> None:
-    """Fold spans (step index ``idx``, phase ``code`` into ``names``) into ``tr.phases``."""
+    """Fold ``spans`` = (phase code into ``names``, start ns, end ns) into ``tr.phases``,
+    each span in the step holding ``at`` (default: its start)."""
+    code, start, end = spans
+    idx = st.index(start if at is None else at)
     keep = idx >= 0
     idx, code, start, end = idx[keep], code[keep], start[keep], end[keep]
     if idx.size == 0:
         return
     k = len(names)
-    grp = idx * k + code
-    uniq, inv = np.unique(grp, return_inverse=True)
+    uniq, inv = np.unique(idx * k + code, return_inverse=True)
     lengths = union_lengths(inv.astype(np.int64), start, end, uniq.size)
     first = np.full(uniq.size, np.iinfo(np.int64).max, np.int64)
     np.minimum.at(first, inv, start)
-    for g, ln, st in zip(uniq.tolist(), lengths.tolist(), first.tolist(), strict=True):
-        step = int(nums[g // k])
+    for g, ln, t0 in zip(uniq.tolist(), lengths.tolist(), first.tolist(), strict=True):
         name, kind = names[g % k]
-        tr.phases.setdefault(step, []).append(PhaseSpan(name, kind, st, ln, timer))
+        tr.phases.setdefault(int(st.nums[g // k]), []).append(PhaseSpan(name, kind, t0, ln, timer))
 
 
-def _phases(
-    tr: RankTrace,
-    nums: npt.NDArray[np.int64],
-    s0: npt.NDArray[np.int64],
-    s1: npt.NDArray[np.int64],
-    base: int,
-    ann_n: list[str],
-    ann_t: list[float],
-    ann_d: list[float],
-    bwd_t: list[float],
-    bwd_e: list[float],
-    max_phases: int,
-) -> None:
+def _phases(tr: RankTrace, st: _Steps, cols: _Cols) -> None:
+    """Annotation phases, and ``backward`` from autograd ops where no annotation names it."""
     table: dict[str, int] = {}
     names: list[tuple[str, str]] = []
     codes = []
-    for n in ann_n:
+    for n in cols.ann_n:
         ph = phase_of_annotation(str(n))
         c = table.get(ph[0])
         if c is None:
             c = table[ph[0]] = len(names)
             names.append(ph)
         codes.append(c)
-    a0 = _us_to_ns(np.asarray(ann_t, np.float64), base)
-    a1 = a0 + np.rint(np.asarray(ann_d, np.float64) * 1000.0).astype(np.int64)
+    a0 = st.ns(cols.ann_t)
+    a1 = a0 + _dur_ns(cols.ann_d)
     code = np.asarray(codes, np.int64)
-    if bwd_t and "backward" not in table:
+    if cols.bwd_t and "backward" not in table:
         names.append(("backward", "compute"))
-        b0 = _us_to_ns(np.asarray(bwd_t, np.float64), base)
-        b1 = _us_to_ns(np.asarray(bwd_e, np.float64), base)
-        bi = _step_of(b0, s0, s1)
+        b0, b1 = st.ns(cols.bwd_t), st.ns(cols.bwd_e)
+        bi = st.index(b0)
         ok = bi >= 0
         if ok.any():  # one span per step: first evaluate_function start .. last end
-            first = np.full(nums.size, np.iinfo(np.int64).max, np.int64)
-            last = np.full(nums.size, np.iinfo(np.int64).min, np.int64)
+            first = np.full(st.nums.size, np.iinfo(np.int64).max, np.int64)
+            last = np.full(st.nums.size, np.iinfo(np.int64).min, np.int64)
             np.minimum.at(first, bi[ok], b0[ok])
             np.maximum.at(last, bi[ok], b1[ok])
             has = np.flatnonzero(last > np.iinfo(np.int64).min)
             a0 = np.concatenate([a0, first[has]])
-            a1 = np.concatenate([a1, np.minimum(last[has], s1[has])])
+            a1 = np.concatenate([a1, np.minimum(last[has], st.s1[has])])
             code = np.concatenate([code, np.full(has.size, len(names) - 1, np.int64)])
     if names:
-        _add_phases(tr, nums, names, _step_of(a0, s0, s1), code, a0, a1, "cpu")
-    _cap(tr, max_phases)
+        _add_phases(tr, st, names, (code, a0, a1), "cpu")
 
 
-def _cap(tr: RankTrace, max_phases: int) -> None:
-    for step, ph in tr.phases.items():
-        if len(ph) > max_phases:
-            keep = sorted(ph, key=lambda p: -p.duration_ns)[:max_phases]
-            tr.phases[step] = sorted(keep, key=lambda p: p.start_ns)
-
-
-def _kernels_gpu(
-    tr: RankTrace,
-    nums: npt.NDArray[np.int64],
-    s0: npt.NDArray[np.int64],
-    s1: npt.NDArray[np.int64],
-    base: int,
-    kn: list[str],
-    kt: list[float],
-    kd: list[float],
-    ks: list[int],
-    kc: list[int],
-    lc: list[int],
-    lt: list[float],
-    max_phases: int,
-) -> None:
-    start = _us_to_ns(np.asarray(kt, np.float64), base)
-    dur = np.rint(np.asarray(kd, np.float64) * 1000.0).astype(np.int64)
-    corr = np.asarray(kc, np.int64)
-    when = start.copy()  # the launch time where the launch is in the trace
-    if lc:
-        lcorr = np.asarray(lc, np.int64)
+def _kernels_gpu(tr: RankTrace, st: _Steps, cols: _Cols) -> None:
+    """GPU kernels: step by launch correlation, ``gpu_compute`` and collective phases."""
+    start = st.ns(cols.kt)
+    dur = _dur_ns(cols.kd)
+    corr = np.asarray(cols.kc, np.int64)
+    when = start  # the launch time where the launch is in the trace
+    if cols.lc:
+        lcorr = np.asarray(cols.lc, np.int64)
         order = np.argsort(lcorr, kind="stable")
-        lcorr, lts = lcorr[order], _us_to_ns(np.asarray(lt, np.float64)[order], base)
+        lcorr, lts = lcorr[order], st.ns(cols.lt)[order]
         j = np.minimum(np.searchsorted(lcorr, corr), lcorr.size - 1)
         hit = (lcorr[j] == corr) & (corr >= 0)
         when = np.where(hit, lts[j], start)
-    idx = _step_of(when, s0, s1)
-    stream = np.asarray(ks, np.uint32)
-    names, inv = _intern(kn)
-    kinds = [_kernel_phase(n) for n in names]
+    stream = np.asarray(cols.ks, np.uint32)
+    names, inv = _intern(cols.kn)
     # phases: gpu_compute (non-collective kernels) and one per collective type
     ph_names: list[tuple[str, str]] = [("gpu_compute", "compute")]
-    ph_of: dict[tuple[str, str], int] = {ph_names[0]: 0}
     code_of_name = np.zeros(len(names), np.int64)
-    for i, kp in enumerate(kinds):
+    for i, kp in enumerate(_kernel_phase(n) for n in names):
         if kp is not None:
-            code_of_name[i] = ph_of.setdefault(kp, len(ph_names))
-            if code_of_name[i] == len(ph_names):
+            if kp not in ph_names:
                 ph_names.append(kp)
+            code_of_name[i] = ph_names.index(kp)
     code = code_of_name[inv]
-    _add_phases(tr, nums, ph_names, idx, code, start, start + dur, "cuda_event")
-    _cap(tr, max_phases)
+    _add_phases(tr, st, ph_names, (code, start, start + dur), "cuda_event", at=when)
     comm = {int(x) for x in np.unique(stream[code > 0])}
     tr.stream_kind = {int(x): ("comm" if int(x) in comm else "compute") for x in np.unique(stream)}
-    _store(tr, nums, idx, inv.astype(np.uint32), stream, start, dur, names, "kineto")
+    idx = st.index(when)
+    _store(tr, st.nums[idx], idx >= 0, (inv, stream, start, dur), names)
+    tr.kernel_source = "kineto"
 
 
-def _kernels_cpu(
-    tr: RankTrace,
-    nums: npt.NDArray[np.int64],
-    s0: npt.NDArray[np.int64],
-    s1: npt.NDArray[np.int64],
-    base: int,
-    cn: list[str],
-    ct: list[float],
-    cd: list[float],
-    cth: list[Any],
-) -> None:
-    start = _us_to_ns(np.asarray(ct, np.float64), base)
-    dur = np.rint(np.asarray(cd, np.float64) * 1000.0).astype(np.int64)
-    idx = _step_of(start, s0, s1)
-    stream = np.asarray([_tid(t) for t in cth], np.uint32)
-    names, inv = _intern(cn)
+def _kernels_cpu(tr: RankTrace, st: _Steps, cols: _Cols) -> None:
+    """A CPU-only trace: its CPU ops are the kernels (stream = thread id)."""
+    start = st.ns(cols.ct)
+    stream = np.asarray([_tid(t) for t in cols.cth], np.uint32)
+    names, inv = _intern(cols.cn)
     tr.stream_kind = {int(x): "compute" for x in np.unique(stream)}
-    _store(tr, nums, idx, inv.astype(np.uint32), stream, start, dur, names, "cpu_ops")
+    idx = st.index(start)
+    _store(tr, st.nums[idx], idx >= 0, (inv, stream, start, _dur_ns(cols.cd)), names)
+    tr.kernel_source = "cpu_ops"
 
 
 def _store(
     tr: RankTrace,
-    nums: npt.NDArray[np.int64],
-    idx: npt.NDArray[np.int64],
-    name: npt.NDArray[np.uint32],
-    stream: npt.NDArray[np.uint32],
-    start: npt.NDArray[np.int64],
-    dur: npt.NDArray[np.int64],
+    step: npt.NDArray[np.int64],
+    keep: npt.NDArray[np.bool_],
+    cols: tuple[npt.NDArray[Any], npt.NDArray[Any], npt.NDArray[np.int64], npt.NDArray[np.int64]],
     names: list[str],
-    source: str,
 ) -> None:
-    keep = idx >= 0
+    """Keep the events inside a step (``keep``), sorted by ``step``, in ``tr.k_*``."""
+    name, stream, start, dur = cols
     tr.outside = int((~keep).sum())
-    step = nums[idx[keep]]
+    step = step[keep]
     order = np.argsort(step, kind="stable")
     tr.k_step = step[order]
-    tr.k_name = name[keep][order]
+    tr.k_name = name[keep][order].astype(np.uint32)
     tr.k_stream = stream[keep][order]
     tr.k_start = start[keep][order]
     tr.k_dur = dur[keep][order]
     tr.names = names
-    tr.kernel_source = source
 
 
 def group_by_step(tr: RankTrace) -> dict[int, slice]:

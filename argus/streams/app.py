@@ -524,6 +524,9 @@ def window_agent(
         st = state.get(key) or impl.new(key)
         for item in msg["items"]:
             await impl.add(key, st, item, now)
+        # a window this input made closable closes now, not at the next tick (as the
+        # in-memory driver does; the roles' processing-time bounds see the message's time)
+        await impl.tick(key, st, now)
         state[key] = st
         await _after_write(key, st)
 
