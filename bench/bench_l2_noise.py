@@ -15,7 +15,15 @@ Noise variants, per log-normal per-step jitter sigma:
 * ``every``: the jitter on every compute and host phase, 740 ms of GEMMs included (harsher
   than the issue's model: a GEMM phase sums ~100 kernels);
 * ``single``: one phase that is the whole step, jitter alone (the issue's own measurement:
-  ~13 / ~32 false stragglers per job at sigma 0.15 / 0.25 in 10-step windows).
+  ~13 / ~32 false stragglers per job at sigma 0.15 / 0.25 in 10-step windows);
+* ``events``: ``short`` plus what every rank shares: hiccups in 3 % of the steps (every
+  rank's data loading stalls 0.2-1.5 s, or the DP collectives congest 2-4x) and a checkpoint
+  every 50 steps (every rank 8x);
+* ``spread2``: ``short`` with a 2 % per-GPU speed spread (sigma) instead of 1.5 %.
+
+Faults on rank 77 (``short``, plus ``events``'s hiccups and checkpoints for the stalls),
+windows naming it; thermal drift (0.4 %/step on its compute from step 30): steps from onset
+to the first window naming it.
 
 Printed: (rank, window) pairs named per job (a finding names one or more ranks), and the
 detection time per group window.
@@ -54,8 +62,13 @@ def _job(variant: str, sigma: float, seed: int, faults: tuple[Fault, ...] = ()) 
         return simulate(
             512, 120, jitter=sigma, seed=seed, gpu_spread=0, rank_step=0, outlier_rate=0, phases=one
         )
-    on = SHORT if variant == "short" else None
-    return simulate(512, 120, jitter=sigma, jitter_on=on, seed=seed, faults=faults)
+    on = None if variant == "every" else SHORT
+    extra: dict[str, float] = {}
+    if variant == "events":
+        extra = {"hiccups": 0.03, "checkpoint_every": 50}
+    if variant == "spread2":
+        extra = {"gpu_spread": 0.02}
+    return simulate(512, 120, jitter=sigma, jitter_on=on, seed=seed, faults=faults, **extra)  # type: ignore[arg-type]
 
 
 def _named(job: NoiseJob, width: int, slide: int) -> tuple[Counter[tuple[int, str]], float, int]:
@@ -74,7 +87,7 @@ def bench_noise(seeds: int) -> None:
     print(
         f"  {'variant':8s} {'sigma':>5s}  " + "  ".join(f"{k:>12s}" for k in WINDOWS) + "  phases"
     )
-    for variant in ("short", "every", "single"):
+    for variant in ("short", "every", "single", "events", "spread2"):
         for sigma in (0.10, 0.15, 0.25):
             cells, phases, times = [], Counter[str](), []
             for name, (width, slide) in WINDOWS.items():
@@ -105,11 +118,14 @@ def bench_faults() -> None:
             Fault(r, "data_load", stall_ms=1500.0, steps=tuple(range(7, 120, 15))),
         ),
         "optimizer 2x (10 ms)": (Fault(r, "optimizer", 2.0),),
+        "400 ms backward stall /15": (
+            Fault(r, "backward", stall_ms=400.0, steps=tuple(range(7, 120, 15))),
+        ),
     }
     print("\nfaults on rank 77 (variant short): windows naming it / windows; other ranks named")
     for sigma in (0.15, 0.25):
         for name, faults in cases.items():
-            job = _job("short", sigma, 2, faults)
+            job = _job("events" if "stall" in name else "short", sigma, 2, faults)
             cells = []
             for width, slide in WINDOWS.values():
                 hit = total = others = 0
@@ -121,6 +137,23 @@ def bench_faults() -> None:
                         hit += any(r in f.ranks for f in found)
                 cells.append(f"{hit:3d}/{total:3d} +{others}")
             print(f"  sigma {sigma:4.2f} {name:26s} " + "   ".join(cells))
+
+
+def bench_drift(seeds: int) -> None:
+    r, onset = 77, 30
+    comp = ("forward", "lm_head", "backward", "optimizer")
+    delays = []
+    for seed in range(1, seeds + 1):
+        faults = tuple(Fault(r, p, drift=0.004, onset=onset) for p in comp)
+        job = _job("short", 0.25, seed, faults)
+        first, others = None, 0
+        for w in group_windows(job, 4, slide=1):
+            for f in l2.detect(w):
+                others += sum(rk != r for rk in f.ranks)
+                if r in f.ranks and first is None:
+                    first = int(w.steps[-1])
+        delays.append(f"{first - onset if first is not None else 'never'} (+{others})")
+    print(f"\nthermal drift 0.4 %/step from step {onset}, live: steps to first naming: {delays}")
 
 
 def main() -> None:
@@ -135,6 +168,7 @@ def main() -> None:
     bench_noise(args.seeds)
     if not args.no_faults:
         bench_faults()
+        bench_drift(args.seeds if args.seeds > 1 else 3)
 
 
 if __name__ == "__main__":

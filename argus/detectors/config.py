@@ -146,6 +146,13 @@ class L2Config:
     late_arrival : bool
         Name ranks whose *collective* phase is markedly shorter than the group's (they
         arrived late; their peers waited, paper case 5). True (paper case 5).
+    spike_step_share : float
+        Step-time spikes (:func:`argus.detectors.l2.spikes`): a rank is named for one step
+        when its own time (non-collective phases) exceeds the step's median by at least this
+        share of the window's median iteration time, beyond ``burst_z`` robust sigmas, the
+        step's time rose with it and no other rank explains it. 0.25 (ours: a 1.5 s
+        data-loading stall in an 880 ms step is 1.7; a 4x outlier of the largest single GEMM,
+        ~20 ms, is 0.07).
     """
 
     alpha: float = 0.001
@@ -153,7 +160,7 @@ class L2Config:
     outlier_ratio: float = 4.0
     burst_z: float = 6.0
     z: float = 3.5
-    min_excess: float = 0.15
+    min_excess: float = 0.10
     cv: float = 0.15
     mad_floor: float = 0.01
     pair_ratio: float = 1.5
@@ -161,10 +168,20 @@ class L2Config:
     min_steps: int = 1
     late_step_share: float = 0.10
     late_arrival: bool = True
+    spike_step_share: float = 0.25
 
     def __post_init__(self) -> None:
         _positive(self, "z", "mad_floor", "min_steps", "burst_z")
-        _at_least(self, 0.0, "min_excess", "cv", "min_abs_ms", "late_step_share", "min_step_share")
+        _at_least(
+            self,
+            0.0,
+            "min_excess",
+            "cv",
+            "min_abs_ms",
+            "late_step_share",
+            "min_step_share",
+            "spike_step_share",
+        )
         _at_least(self, 1.0, "pair_ratio")
         if not 0.0 < self.alpha < 1.0:
             raise DetectorConfigError(f"l2.alpha must be in (0, 1), got {self.alpha}")

@@ -59,6 +59,7 @@ __all__ = [
     "exceedance_p",
     "holm",
     "phase_stats",
+    "spikes",
     "step_scores",
 ]
 
@@ -386,6 +387,23 @@ def _trimmed_mean(x: np.ndarray, ok: np.ndarray) -> np.ndarray:
     return np.asarray(out, dtype=np.float64)
 
 
+def _spread_z(e: np.ndarray, valid: np.ndarray, cfg: L2Config) -> np.ndarray:
+    """(R, P) robust z of each rank's persistent log ratio among its group's.
+
+    A rank's persistent log ratio is the mean over its steps, without its worst one, of
+    ``log(d / step median)`` clipped at ``+-log(outlier_ratio)``; the z is against the
+    median and 1.4826 MAD (floored at ``mad_floor``, in log units) of the ranks' values. The
+    healthy per-GPU speed spread is persistent too: a rank is a straggler only when it
+    stands out of the spread its peers show.
+    """
+    c = math.log(cfg.outlier_ratio)
+    m = _trimmed_mean(np.clip(np.nan_to_num(e, nan=0.0), -c, c), valid)  # (R, P)
+    med = _medians_axis0(m)  # (P,)
+    mad = _medians_axis0(np.abs(m - med[None]))
+    sigma = np.maximum(_MAD_TO_SIGMA * np.nan_to_num(mad, nan=0.0), cfg.mad_floor)
+    return np.asarray(np.nan_to_num((m - med[None]) / sigma[None], nan=-np.inf), np.float64)
+
+
 @dataclass
 class _Judged:
     """A window's phases, judged; arrays are (R, P) unless said."""
@@ -445,6 +463,8 @@ def _judge(win: GroupWindow, step_ns: float, cfg: L2Config) -> _Judged | None:
         for j in np.flatnonzero(collective & candidate.any(axis=0)):
             stood_out[:, j] = phase_stats(dd[:, :, j], cfg).z <= -cfg.z
         candidate &= np.where(collective[None], stood_out, True)
+    spread_z = _spread_z(e, valid, cfg)
+    candidate &= np.where(collective[None] | pair[None], True, spread_z >= cfg.z)
     ratio = np.full((r, np_), np.nan)
     if pair.any():  # a pair: the ratio of the window medians as before
         v = _medians_axis0(np.swapaxes(dd[:, :, pair], 0, 1))  # (R, pairs)
@@ -505,8 +525,10 @@ def detect(win: GroupWindow, cfg: L2Config | None = None) -> list[Finding]:
     Returns
     -------
     list of Finding
-        At most one ``straggler`` finding per phase (the ranks named in that phase).
-        ``score``/``threshold`` are those of its strongest rank: ``-log10 p`` against
+        At most one ``straggler`` finding per phase (the ranks named in that phase), then
+        the step-time spikes of :func:`spikes` (a ``jitter`` finding), so every caller (the
+        engine's steps roles, ``argus diagnose``, the benches) runs both.
+        A straggler's ``score``/``threshold`` are those of its strongest rank: ``-log10 p`` against
         ``-log10`` of the Holm level it passed (a persistent excess), or the burst's robust z
         against ``burst_z``; ``baseline``/``observed`` are the phase's median and that plus
         the worst named rank's excess (ms per step; minus the shortfall of a late arrival).
@@ -524,11 +546,16 @@ def detect(win: GroupWindow, cfg: L2Config | None = None) -> list[Finding]:
     ``n_tests``. See the module docstring for the rule.
     """
     cfg = cfg or L2Config()
+    if not win.phases or not len(win.ranks):
+        return []
+    return _stragglers(win, cfg) + spikes(win, cfg)
+
+
+def _stragglers(win: GroupWindow, cfg: L2Config) -> list[Finding]:
+    """The ``straggler`` findings of :func:`detect`."""
     step_ns = np.nan
     if win.iter_ns is not None and np.isfinite(win.iter_ns).any():
         step_ns = float(np.nanmedian(win.iter_ns))
-    if not win.phases or not len(win.ranks):
-        return []
     jd = _judge(win, step_ns, cfg)
     if jd is None:
         return []
@@ -628,3 +655,152 @@ def detect(win: GroupWindow, cfg: L2Config | None = None) -> list[Finding]:
             )
         )
     return out
+
+
+def spikes(win: GroupWindow, cfg: L2Config | None = None) -> list[Finding]:
+    """Step-time spikes of one group window, attributed to the rank whose own time made them.
+
+    A rank's *own time* in a step is the sum of its non-collective phases (compute self time
+    and host phases, ns): what it did before it could arrive at the next collective, where
+    its peers waited for it. Step ``s`` names rank ``r`` (a ``jitter`` finding of level L2)
+    when, with ``B`` the window's median iteration time (median over the group's ranks per
+    step, then over steps) and ``x = own[r, s] - median_r own[:, s]``:
+
+    * ``x >= spike_step_share * B``: the rank alone cost the step that much;
+    * ``log(own[r, s] / median_r own[:, s]) >= burst_z * sigma``: beyond the noise of own
+      times (``sigma``: the larger of the MAD's sigma of the own-time log ratios of the
+      window's quiet steps, without each step's largest, and their standard deviation);
+    * the step felt it: its iteration time is at least ``B + x / 2`` (its peers waited);
+    * one rank explains it: every other rank's ``x`` in the step is below half of it, and
+      the step's median own time is within ``spike_step_share * B`` of the window's (a global
+      hiccup, a storage stall of every rank or a checkpoint moves the step's median: nobody).
+
+    Collectives (waiting) are not own time, so ranks that waited for the culprit (its group,
+    its pipeline replica on other stages) are never named here. Needs ``win.iter_ns``.
+
+    Parameters
+    ----------
+    win : GroupWindow
+    cfg : L2Config
+
+    Returns
+    -------
+    list of Finding
+        At most one ``jitter`` finding (level L2, the window's group) naming the ranks that
+        made spikes; ``phase`` is the phase of the named ranks' largest excess in their spike
+        steps; ``score``/``threshold`` the largest robust z against ``burst_z``;
+        ``baseline``/``observed`` ``B`` and the largest spiking step's iteration time (ms).
+        Evidence: ``role`` ``compute``, ``test`` ``spike`` per rank, ``spike_steps`` (per rank,
+        the step numbers), ``excess_ms`` and ``step_share`` (per rank, its largest ``x``).
+
+    Examples
+    --------
+    >>> d = np.full((8, 4, 1), 800e6); d[3, 2, 0] += 1500e6      # a 1.5 s stall
+    >>> it = d.sum(axis=2).max(axis=0, keepdims=True).repeat(8, 0) + 80e6
+    >>> w = GroupWindow("j", "dp", "g", np.arange(8), np.arange(4), ("data_load",),
+    ...                 ("host",), d, iter_ns=it)
+    >>> [(f.kind, f.ranks, f.evidence["spike_steps"]) for f in spikes(w)]
+    [('jitter', (3,), '{"3": [2]}')]
+    """
+    cfg = cfg or L2Config()
+    if win.iter_ns is None or not win.phases or len(win.ranks) < 3:
+        return []
+    d = win.durations_ns
+    own_ph = np.array([sk not in COLLECTIVE_STREAM_KINDS for sk in win.stream_kinds], bool)
+    if not own_ph.any():
+        return []
+    dp = d[:, :, own_ph]
+    seen = np.isfinite(dp).any(axis=2)
+    own = np.where(seen, np.nansum(np.where(np.isfinite(dp), dp, 0.0), axis=2), np.nan)  # (R, S)
+    ok = seen & ((np.isfinite(own).sum(axis=0) >= 3)[None, :]) & (own > 0)
+    if not ok.any():
+        return []
+    own = np.where(ok, own, np.nan)
+    med = _medians_axis0(own)  # (S,)
+    step_t = _medians_axis0(np.where(np.isfinite(win.iter_ns), win.iter_ns, np.nan))  # (S,)
+    if not np.isfinite(step_t).any() or not np.isfinite(med).any():
+        return []
+    base = float(np.nanmedian(step_t))
+    base_own = float(np.nanmedian(med))
+    gate = cfg.spike_step_share * base
+    x = own - med[None]  # (R, S) ns
+    with np.errstate(divide="ignore", invalid="ignore"):
+        e = np.log(own) - np.log(med)[None]
+    xs = np.where(ok, x, -np.inf)
+    order = np.sort(xs, axis=0)
+    top, second = order[-1], order[-2]  # (S,)
+    quiet = np.abs(med - base_own) < gate
+    # the noise of own times, from the quiet steps: the MAD's sigma, but at least the std of
+    # the cells without each step's largest (a small window's MAD alone is small by chance
+    # often enough to matter at thousands of windows a job)
+    rest = ok & quiet[None, :]
+    rest[np.argmax(np.where(ok, e, -np.inf), axis=0), np.arange(e.shape[1])] = False
+    ev = e[rest] if rest.sum() >= 2 else e[ok]
+    mad_sigma = _MAD_TO_SIGMA * float(np.median(np.abs(ev - np.median(ev))))
+    sigma = max(mad_sigma, float(np.std(ev)), cfg.mad_floor)
+    z = np.where(ok, e / sigma, -np.inf)
+    felt = step_t >= base + 0.5 * top
+    hit_s = quiet & felt & (top >= gate) & (second < 0.5 * top)
+    hits = [(int(np.argmax(xs[:, s])), int(s)) for s in np.flatnonzero(hit_s)]
+    hits = [(r, s) for r, s in hits if z[r, s] >= cfg.burst_z]
+    if not hits:
+        return []
+    by_rank: dict[int, list[int]] = {}
+    for r, s in hits:
+        by_rank.setdefault(r, []).append(s)
+    rows = sorted(by_rank)
+    ranks = [int(win.ranks[r]) for r in rows]
+    keys = [str(rk) for rk in ranks]
+    worst = {r: max(by_rank[r], key=lambda s: x[r, s]) for r in rows}
+    r0 = max(rows, key=lambda r: x[r, worst[r]])
+    s0 = worst[r0]
+    names = [p for p, o in zip(win.phases, own_ph, strict=True) if o]
+    ref = _medians_axis0(dp[:, s0, :])  # (P_own,) the step's median per phase
+    phase = names[int(np.nanargmax(np.nan_to_num(dp[r0, s0] - ref, nan=-np.inf)))]
+    steps = win.steps
+    return [
+        Finding(
+            job=win.job,
+            level="L2",
+            kind="jitter",
+            group_kind=win.group_kind,
+            group_id=win.group_id,
+            ranks=tuple(ranks),
+            phase=phase,
+            window_start_step=int(steps[0]),
+            window_end_step=int(steps[-1]),
+            window_start_ns=int(win.start_ns),
+            window_end_ns=int(win.end_ns),
+            score=float(max(z[r, s] for r, s in hits)),
+            threshold=cfg.burst_z,
+            baseline=base / 1e6,
+            observed=float(max(step_t[s] for _, s in hits)) / 1e6,
+            unit="ms",
+            evidence={
+                "role": "compute",
+                "stream_kind": win.stream_kinds[win.phases.index(phase)],
+                "test": json.dumps({k: "spike" for k in keys}),
+                "spike_steps": json.dumps(
+                    {
+                        k: [int(steps[s]) for s in by_rank[r]]
+                        for k, r in zip(keys, rows, strict=True)
+                    }
+                ),
+                "excess_ms": json.dumps(
+                    {
+                        k: round(float(x[r, worst[r]]) / 1e6, 3)
+                        for k, r in zip(keys, rows, strict=True)
+                    }
+                ),
+                "step_share": json.dumps(
+                    {
+                        k: round(float(x[r, worst[r]]) / base, 4)
+                        for k, r in zip(keys, rows, strict=True)
+                    }
+                ),
+                "step_ms": f"{base / 1e6:.3f}",
+                "n_ranks": str(int(ok.any(axis=1).sum())),
+                "n_steps": str(len(steps)),
+            },
+        )
+    ]

@@ -15,8 +15,13 @@ plus their transfer, so each rank's measured collective is its wait plus the tra
 Ranks form groups of ``group`` consecutive ranks (the DP comparison group); iteration times
 are per group (all members end the step together).
 
-Faults (``Fault``): a factor on one rank's phase, on one kernel of a phase, or an added stall
-(ms) in some steps.
+Faults (``Fault``): a factor on one rank's phase, on one kernel of a phase, an added stall
+(ms) in some steps, or a drift (a factor growing by ``drift`` per step from ``onset``: a GPU
+heating up).
+
+Healthy events every rank shares (issue 18): ``hiccups`` (a share of the steps where either
+every rank's data loading stalls, 0.2-1.5 s each, or the DP collectives are congested, 2-4x)
+and a checkpoint every ``checkpoint_every`` steps (every phase of every rank 8x).
 """
 
 from __future__ import annotations
@@ -69,6 +74,8 @@ class Fault:
     kernel: int | None = None
     stall_ms: float = 0.0
     steps: Sequence[int] | None = None
+    drift: float = 0.0
+    onset: int = 0
 
 
 @dataclass(frozen=True)
@@ -95,6 +102,8 @@ def simulate(
     rank_step: float = 0.01,
     outlier_rate: float = 0.002,
     phases: tuple[PhaseSpec, ...] = PHASES,
+    hiccups: float = 0.0,
+    checkpoint_every: int = 0,
 ) -> NoiseJob:
     """Simulate ``ranks`` x ``steps`` phase durations (ms); see the module docstring."""
     rng = np.random.default_rng(seed)
@@ -129,6 +138,19 @@ def simulate(
         if f.kernel is None:
             work[f.rank, _steps(f, s), j] *= f.factor
         work[f.rank, _steps(f, s), j] += f.stall_ms
+        if f.drift:
+            age = np.maximum(np.arange(s) - f.onset, 0)
+            work[f.rank, :, j] *= (1.0 + f.drift) ** age
+    hic = np.flatnonzero(rng.random(s) < hiccups)
+    kinds = [p.stream_kind for p in phases]
+    for step in hic:  # every rank: a storage stall of data loading, or congested collectives
+        if rng.random() < 0.5 and "host" in kinds:
+            work[:, step, kinds.index("host")] += rng.uniform(200.0, 1500.0, r)
+        else:
+            comm = [j for j, k in enumerate(kinds) if k == "comm"]
+            work[:, step, comm] *= rng.uniform(2.0, 4.0)
+    if checkpoint_every > 0:
+        work[:, checkpoint_every - 1 :: checkpoint_every] *= 8.0
     dur = work.copy()
     t = np.zeros((r, s))  # each rank's clock inside the step, ms
     g = np.arange(r) // group
