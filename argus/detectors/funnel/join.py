@@ -136,6 +136,20 @@ def _members(fs: Sequence[Finding]) -> set[int]:
     return {r for g in fs for r in json.loads(g.evidence.get("members", "[]"))}
 
 
+def _transfer_groups(fs: Sequence[Finding]) -> list[dict[str, int]]:
+    """Coordinates the groups fix that a host's or group's slow transfer was measured on
+    (:mod:`argus.detectors.groupwide`, ``evidence["groups"]``: ``kind:id``); [] for others."""
+    out = []
+    for f in fs:
+        if f.evidence.get("role") != "transfer":
+            continue
+        for g in json.loads(f.evidence.get("groups", "[]")):
+            dims = _fixed_dims(str(g).partition(":")[2])
+            if dims is not None:
+                out.append(dims)
+    return out
+
+
 def _compute_ranks(cl: Sequence[Finding]) -> set[int]:
     return {
         r for f in cl if f.level == "L2" and f.evidence.get("role") == "compute" for r in f.ranks
@@ -373,8 +387,12 @@ def join(
     2. A cluster of L3 rank findings inside a divergent group (L3 group divergence) is that
        group's symptom; a divergent group holding a rank L2 named for compute is that
        straggler's symptom (its peers wait in the group's collectives); a group whose
-       *collectives* diverge while the window has a compute straggler is attached to the
-       strongest straggler (waiting propagates through collectives).
+       *collective kernels* diverge (L3) while the window has a compute straggler is
+       attached to the strongest straggler (waiting propagates through collectives). A
+       host's or group's slow *transfer* (:mod:`argus.detectors.groupwide`, L2) is not:
+       only a compute straggler whose delay reaches the groups it was measured on
+       (:func:`_reachable` from their ids, ``evidence["groups"]``: a straggler's pipeline
+       waits in every p2p receive) explains it.
     3. L2 late arrivals (a rank short in a collective) and L3 divergences of collective
        kernels on single ranks are *propagated* waiting when a culprit slow itself explains
        them: a compute straggler sharing their ranks, sharing a comparison group with
@@ -430,13 +448,31 @@ def join(
             if with_compute
             else None
         )
+        rc = _rank_coords(fs, coords)
         for gkey in list(by_group):
             members = _members(by_group[gkey])
             host = next((cl for cl in parts if _compute_ranks(cl) & members), None)
+            if host is None:  # a slow transfer on groups a straggler's delay reaches
+                spans = _transfer_groups(by_group[gkey])
+                host = next(
+                    (
+                        cl
+                        for cl in parts
+                        if any(
+                            _reachable(g, rc.get(r, {}), groups)
+                            for g in spans
+                            for r in _compute_ranks(cl)
+                        )
+                    ),
+                    None,
+                )
             if (
                 host is None
                 and strongest is not None
-                and all(f.evidence.get("collective") == "true" for f in by_group[gkey])
+                and all(
+                    f.level == "L3" and f.evidence.get("collective") == "true"
+                    for f in by_group[gkey]
+                )
             ):
                 host = strongest  # collectives slow while a straggler holds everyone up
             if host is not None:

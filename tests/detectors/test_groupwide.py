@@ -1,0 +1,204 @@
+"""Group-wide and host faults (issue 18, item 4): a slow NIC names its host, a slow link its
+group; healthy uneven stages, noise, hiccups, checkpoints and stragglers name nothing.
+
+The synthetic jobs model what the detector relies on: a collective ends at the last arrival
+plus a transfer common to its members (early members absorb the wait), pipeline p2p phases
+are receive waits (bubbles + the transfer), 8 GPUs a node in rank order.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from argus.collectors.topology import Layout, layout_coords
+from argus.detectors import funnel, groupwide
+from argus.detectors.l2 import GroupWindow
+from argus.routing import DEFAULT_GROUPS, group_id
+from tests.detectors.findings_builders import l2
+
+DENSE = Layout(tp=8, pp=4, dp=16)
+MOE = Layout(tp=2, ep=8, dp=8, pp=4)
+STEP_NS = 880e6
+# (kind, phase, stream kind, transfer ms)
+DENSE_OPS = [
+    ("dp", "grads_reduce_scatter", "comm", 40.0),
+    ("tp", "tp_allreduce", "comm", 6.0),
+    ("pp", "pp_recv_forward", "p2p", 8.0),
+]
+MOE_OPS = [
+    *DENSE_OPS,
+    ("ep", "moe_dispatch", "comm", 10.0),
+    ("edp", "expert_grad_sync", "comm", 20.0),
+]
+
+
+def _host(rank: int) -> str:
+    return f"h{rank // 8}"
+
+
+def job(
+    lay: Layout,
+    ops=DENSE_OPS,
+    *,
+    steps: int = 10,
+    seed: int = 0,
+    cv: float = 0.05,
+    slow_host: str | None = None,
+    nic: float = 1.6,
+    uneven: bool = True,
+    hiccups: tuple[int, ...] = (),
+    checkpoint: int | None = None,
+    straggler: int | None = None,
+    slow_group: tuple[str, str, float] | None = None,
+) -> list[GroupWindow]:
+    """One window of every group of ``lay`` for ``ops``.
+
+    ``uneven``: stage 0 +15 %, last stage +25 % in compute *and* collectives (by design);
+    ``hiccups``: steps where every DP collective is 2x (congestion); ``checkpoint``: a step
+    8x for everyone; ``straggler``: its model replica arrives 60 ms late everywhere;
+    ``slow_group=(kind, id, factor)``: one group's transfer slower (a link).
+    """
+    rng = np.random.default_rng(seed)
+    n = lay.world_size
+    coords = [layout_coords(lay, r) for r in range(n)]
+    design = {0: 1.15, lay.pp - 1: 1.25} if uneven and lay.pp > 1 else {}
+    late_dp = coords[straggler]["dp_rank"] if straggler is not None else None
+    out = []
+    for kind, phase, sk, t_ms in ops:
+        varies = DEFAULT_GROUPS[kind]
+        groups: dict[str, list[int]] = {}
+        for r in range(n):
+            groups.setdefault(group_id(coords[r], varies), []).append(r)
+        for gid, members in sorted(groups.items()):
+            ranks = np.array(members)
+            hosts = {_host(r) for r in members}
+            d = np.empty((len(members), steps, 1))
+            for s in range(steps):
+                stage = coords[members[0]]["pp_rank"]
+                t = t_ms * 1e6 * design.get(stage, 1.0) if kind != "pp" else t_ms * 1e6
+                if slow_host in hosts and len(hosts) > 1 and kind != "pp":
+                    t *= nic
+                if slow_group is not None and (kind, gid) == slow_group[:2]:
+                    t *= slow_group[2]
+                if s in hiccups and kind in ("dp", "edp"):
+                    t *= 2.0
+                if s == checkpoint:
+                    t *= 8.0
+                arrive = rng.exponential(10e6, len(members))
+                if late_dp is not None:
+                    arrive += 60e6 * np.array([coords[r]["dp_rank"] == late_dp for r in members])
+                noise = rng.lognormal(0.0, cv, len(members))
+                if sk == "comm":
+                    d[:, s, 0] = (arrive.max() - arrive) + t * noise
+                else:  # p2p receive waits: bubbles plus the transfer through both NICs
+                    f = np.array(
+                        [
+                            nic
+                            if (slow_host is not None
+                            and _host(r) != slow_host
+                            and slow_host in hosts)
+                            or _host(r) == slow_host
+                            else 1.0
+                            for r in members
+                        ]
+                    )
+                    d[:, s, 0] = arrive + t * f * noise
+            out.append(
+                GroupWindow(
+                    job="j",
+                    group_kind=kind,
+                    group_id=gid,
+                    ranks=ranks,
+                    steps=np.arange(steps),
+                    phases=(phase,),
+                    stream_kinds=(sk,),
+                    durations_ns=d,
+                    start_ns=0,
+                    end_ns=int(steps * STEP_NS),
+                    iter_ns=np.full((len(members), steps), STEP_NS),
+                )
+            )
+    return out
+
+
+def _hosts(lay: Layout) -> dict[int, str]:
+    return {r: _host(r) for r in range(lay.world_size)}
+
+
+def _named(fs) -> list[tuple[str, str]]:
+    return [(f.group_kind, f.group_id) for f in fs]
+
+
+def test_slow_nic_names_its_host_dense_1f1b_layout() -> None:
+    # node h20 = ranks 160-167 = (pp 1, dp 4, tp 0-7): its 8 ranks are in 8 DP groups (all of
+    # stage 1's, shared with 15 other nodes), 8 pipelines (shared with 3 nodes) and 1 TP
+    # group (inside the node, no NIC)
+    for seed in range(3):
+        fs = groupwide.detect(job(DENSE, slow_host="h20", seed=seed), _hosts(DENSE))
+        assert _named(fs) == [("host", "h20")], seed
+        assert fs[0].evidence["members"] == str(list(range(160, 168))).replace(" ", " ")
+
+
+def test_slow_nic_on_the_last_stage_names_its_host() -> None:
+    fs = groupwide.detect(job(DENSE, slow_host="h50", seed=4), _hosts(DENSE))  # pp 3, dp 2
+    assert _named(fs) == [("host", "h50")]
+
+
+def test_slow_nic_names_its_host_moe_layout() -> None:
+    # tp 2 x ep 8 x dp 8 x pp 4: a node holds tp 0-1 x ep 0-3 of one (dp, pp): its EP groups
+    # span 2 nodes, its EDP groups 8, its pipelines 4
+    fs = groupwide.detect(job(MOE, MOE_OPS, slow_host="h9", seed=1), _hosts(MOE))
+    assert _named(fs) == [("host", "h9")]
+
+
+def test_hosts_default_to_8_gpus_a_node() -> None:
+    fs = groupwide.detect(job(DENSE, slow_host="h20", seed=2))
+    assert _named(fs) == [("host", "node20")]
+    recs = [{"rank": 3, "host": ""}, {"rank": 9, "host": "gpu-a"}]
+    assert groupwide.hosts_of(recs) == {3: "node0", 9: "gpu-a"}
+
+
+@pytest.mark.parametrize(
+    ("cv", "extra"),
+    [
+        (0.05, {}),
+        (0.08, {"hiccups": (3,)}),
+        (0.30, {}),  # heavy jitter
+        (0.08, {"checkpoint": 5}),
+    ],
+)
+def test_healthy_uneven_stages_name_nothing(cv: float, extra: dict) -> None:
+    for lay, ops in ((DENSE, DENSE_OPS), (MOE, MOE_OPS)):
+        for seed in range(3):
+            fs = groupwide.detect(job(lay, ops, cv=cv, seed=seed, **extra), _hosts(lay))
+            assert fs == [], (lay, seed, _named(fs))
+
+
+def test_slow_link_names_its_group_not_a_host() -> None:
+    fs = groupwide.detect(
+        job(MOE, MOE_OPS, slow_group=("edp", "pp2.tp1.ep5", 1.8), seed=3), _hosts(MOE)
+    )
+    assert _named(fs) == [("edp", "pp2.tp1.ep5")]
+    assert fs[0].phase == "expert_grad_sync"
+
+
+def test_the_funnel_pages_the_host_once_keyed_by_host() -> None:
+    st = funnel.FunnelState()
+    keys = []
+    for w in range(3):
+        fs = groupwide.detect(job(DENSE, slow_host="h20", seed=10 + w), _hosts(DENSE))
+        st, out = funnel.step(st, fs)
+        keys.append([a["dedup_key"] for a in out.alerts if a["action"] == "trigger"])
+    # paged in its first window; later triggers only escalate the same alert
+    assert keys[0] == ["j/host/h20/-/group_divergence"]
+    assert {k for ks in keys for k in ks} == {"j/host/h20/-/group_divergence"}
+
+
+def test_a_stragglers_pipeline_waiting_is_its_symptom_not_a_page() -> None:
+    # the straggler's pipeline (dp 4) waits in every p2p receive: its p2p groups are slow;
+    # any host or group named from them is attached to the straggler by the funnel
+    fs = groupwide.detect(job(DENSE, cv=0.05, seed=7, straggler=162), _hosts(DENSE))
+    straggler = l2((162,), ("dp", "pp1.tp2"), z=40.0)
+    _st, out = funnel.step(funnel.FunnelState(), [straggler, *fs])
+    assert [a["ranks"] for a in out.alerts if a["action"] == "trigger"] == [[162]]
