@@ -42,6 +42,7 @@ from typing import Any
 from argus.detectors import funnel
 from argus.detectors.alert_id import alert_id
 from argus.detectors.findings import Finding
+from argus.detectors.funnel.render import with_hosts
 from argus.routing import Routing
 from argus.streams import metrics
 from argus.streams.roles.context import RoleContext, remember
@@ -104,6 +105,9 @@ class Funnel:
         # counts them): under lag many windows wait for L3, and one state entry per job
         # outgrew a 1 MB changelog record
         self.buckets = ctx.table("funnel-buckets")
+        # rank -> host per job, from the steps' progress (written when it changes): the
+        # alerts name the culprit's hosts (render.with_hosts)
+        self.hosts = ctx.table("funnel-hosts")
 
     def new(self, key: str) -> FunnelJobState:
         return FunnelJobState(
@@ -143,6 +147,10 @@ class Funnel:
                 win = str(int(m["progress"]) // self.w)
                 need = st["l3n"]
                 need[win] = max(int(need.get(win, 0)), int(m["l3n"]))
+            if m.get("hosts"):
+                known = self.hosts.get(job) or {}
+                if any(known.get(r) != h for r, h in m["hosts"].items()):
+                    self.hosts[job] = {**known, **m["hosts"]}
             self._expect(st, m)
             return
         st["expect"].pop(m["id"], None)
@@ -234,6 +242,9 @@ class Funnel:
         fs, out = funnel.step(
             funnel.FunnelState.from_dict(st["fs"]), findings, self.cfg, groups=self.groups
         )
+        hosts = {int(r): h for r, h in (self.hosts.get(job) or {}).items()}
+        for a in out.alerts if hosts else ():  # in place: the state's copy for the resolve too
+            a.update(with_hosts(a, hosts))
         st["fs"] = fs.to_dict()
         if self.on_window is not None:
             self.on_window(k * self.w, end, out)

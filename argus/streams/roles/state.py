@@ -46,6 +46,7 @@ class StepItem(TypedDict):
     phases: list[tuple[str, str, int]]  # (name, stream kind, duration ns)
     kernels: bool  # a kernel batch covers this step (the funnel waits for its L3 scopes)
     part: int  # the raw partition it came from (the windows' watermark)
+    host: NotRequired[str]  # the rank's host, when the record names one (the alert's hosts)
 
 
 class StepCell(TypedDict):
@@ -55,6 +56,7 @@ class StepCell(TypedDict):
     end_ns: int
     coords: dict[str, int]
     phases: list[tuple[str, str, int]]
+    host: NotRequired[str]
 
 
 class StepAggregate(TypedDict):
@@ -87,6 +89,7 @@ class Digest(TypedDict):
     l3_scopes: NotRequired[int]
     group_windows: NotRequired[list[dict[str, Any]]]  # spanning groups (window_to_json)
     ids: NotRequired[dict[str, int]]  # findings made by the block -> window end step
+    hosts: NotRequired[dict[str, str]]  # rank -> host (the block's first step, then every 64)
 
 
 class BlockState(TypedDict):
@@ -95,6 +98,7 @@ class BlockState(TypedDict):
     win: WindowState
     agg: dict[str, StepAggregate]  # step -> aggregate
     l3: dict[str, int]  # step -> L3 scopes declared by its records
+    hosts_sent: NotRequired[bool]  # a digest carried the block's hosts
 
 
 class JobState(TypedDict):
@@ -102,6 +106,7 @@ class JobState(TypedDict):
 
     win: WindowState
     agg: dict[str, JobStepAggregate]  # step -> aggregate
+    hosts: NotRequired[dict[str, str]]  # rank -> host from digests, for the next progress
 
 
 class BlockHistory(TypedDict):
@@ -123,6 +128,7 @@ class StepProgress(TypedDict):
     progress: int
     l3n: NotRequired[int]  # L3 scopes that will judge this step
     ids: NotRequired[dict[str, int]]  # findings announced: id -> window end step
+    hosts: NotRequired[dict[str, str]]  # rank -> host learnt since the last progress
 
 
 class L3Progress(TypedDict):

@@ -67,6 +67,7 @@ from argus.streams.step_digest import (
 
 __all__ = ["JobSteps", "StepBlocks", "collector_metrics", "missing_finding", "route_step"]
 
+_HOSTS_EVERY = 64  # a block's digest carries its ranks' hosts every this many steps
 _HISTORY = 512  # steps of iteration time kept per job for L1
 _CACHED_KEYS = 256  # jobs or blocks whose per-step L2 group windows stay in memory
 
@@ -289,12 +290,15 @@ class StepBlocks(_Tier):
         )
         if status == "new":
             if "l2" in self.levels:
-                self.cells[f"{job}|{m['step']}|{m['rank']}"] = StepCell(
+                cell = StepCell(
                     start_ns=m["start_ns"],
                     end_ns=m["end_ns"],
                     coords=m["coords"],
                     phases=m["phases"],
                 )
+                if "host" in m:
+                    cell["host"] = m["host"]
+                self.cells[f"{job}|{m['step']}|{m['rank']}"] = cell
             s = str(m["step"])
             st["agg"][s] = _fold(
                 st["agg"].get(s),
@@ -359,6 +363,11 @@ class StepBlocks(_Tier):
                 digest["group_windows"] = up
                 # the job tier announces them to the funnel with its progress
                 digest["ids"] = {a["id"]: a["window_end_step"] for a in sent}
+                if not st.get("hosts_sent") or c.step % _HOSTS_EVERY == 0:
+                    hosts = {str(r["rank"]): r["host"] for r in recs if r.get("host")}
+                    if hosts:  # for the alerts (the funnel), now and then
+                        digest["hosts"] = hosts
+                        st["hosts_sent"] = True
             digests.append(digest)
         if "l2" in self.levels and digests:
             self.hist[key] = h
@@ -383,6 +392,7 @@ class StepBlocks(_Tier):
                     "start_ns": a,
                     "end_ns": cell["end_ns"],
                     "coords": cell["coords"],
+                    "host": cell.get("host", ""),
                     "phases": [
                         {"name": n, "stream_kind": k, "duration_ns": d, "start_ns": a}
                         for n, k, d in cell["phases"]
@@ -444,6 +454,8 @@ class JobSteps(_Tier):
                 incomplete=bool(prev and prev["incomplete"]) or m.get("incomplete", False),
                 l3_scopes=max(prev["l3_scopes"] if prev else 0, m.get("l3_scopes", 0)),
             )
+            if m.get("hosts"):  # the funnel learns them with the next progress
+                st["hosts"] = {**st.get("hosts", {}), **m["hosts"]}
         else:
             await self._repeated(
                 status,
@@ -491,6 +503,9 @@ class JobSteps(_Tier):
                 StepProgress(progress=s, l3n=n) if n else StepProgress(progress=s) for s, n in done
             ]
             items[-1]["ids"] = announced
+            hosts = st.pop("hosts", None)
+            if hosts:
+                items[-1]["hosts"] = hosts
             await self.ctx.send_keyed(self.progress, job, {"items": items, "t": time.time()})
         self.hist[job] = h
 
@@ -521,22 +536,19 @@ def route_step(
 
     The block is that of the rank's layout position (:func:`argus.routing.rank_of`
     of its coords), so a block holds whole groups whatever the job's rank numbering."""
-    return [
-        (
-            block_key(rec["job"], block_of(rank_of(rec["coords"]), block_ranks)),
-            StepItem(
-                rank=rec["rank"],
-                step=rec["step"],
-                start_ns=rec["start_ns"],
-                end_ns=rec["end_ns"],
-                world=_world(rec["coords"]),
-                coords=rec["coords"],
-                phases=[
-                    (p["name"], p.get("stream_kind", "compute"), p["duration_ns"])
-                    for p in rec["phases"]
-                ],
-                kernels=bool((rec.get("collector") or {}).get("kernels", False)),
-                part=part,
-            ),
-        )
-    ]
+    item = StepItem(
+        rank=rec["rank"],
+        step=rec["step"],
+        start_ns=rec["start_ns"],
+        end_ns=rec["end_ns"],
+        world=_world(rec["coords"]),
+        coords=rec["coords"],
+        phases=[
+            (p["name"], p.get("stream_kind", "compute"), p["duration_ns"]) for p in rec["phases"]
+        ],
+        kernels=bool((rec.get("collector") or {}).get("kernels", False)),
+        part=part,
+    )
+    if rec.get("host"):
+        item["host"] = str(rec["host"])
+    return [(block_key(rec["job"], block_of(rank_of(rec["coords"]), block_ranks)), item)]
