@@ -424,6 +424,9 @@ def _headline(
     ratio: float | None,
 ) -> dict[str, str]:
     """The verdict at the top of the page: what, where, since when (ISO), how much slower."""
+    import shlex
+
+    from argus.detectors.funnel.render import drilldown_commands
     from argus.drill.window import iso
 
     c = v.culprit
@@ -472,12 +475,7 @@ def _headline(
         ),
         "dedup_key": key,
         "drill": "\n".join(
-            f"argus {cmd} --around '{key}'" + extra
-            for cmd, extra in (
-                ("trace", " -o culprit.pftrace"),
-                ("stacks", ""),
-                ("replay", ""),
-            )
+            [*drilldown_commands(key).values(), f"argus replay --around {shlex.quote(key)}"]
         ),
     }
 

@@ -121,6 +121,8 @@ def culprit_and_peers(
 
     pfx = settings.topic_prefix if prefix is None else prefix
     steps = read_range(settings, topic_name("raw.steps", pfx), tr, job=win.job, lag_ns=lag_ns)
+    from argus.errors import ArgusError
+
     cfg = DetectorsConfig.from_settings(settings.section("detectors"))
     members = (
         group_members(steps, win.group_kind, win.group_id, Routing.from_config(cfg.routing))
@@ -133,7 +135,25 @@ def culprit_and_peers(
             f"{win.ref}: no culprit ranks (and no members of {win.group_kind} "
             f"{win.group_id} in the step records); give --ranks"
         )
+    routing = Routing.from_config(cfg.routing)
+    gid: dict[int, str] = {}
+    for rec in steps:
+        try:
+            gid.setdefault(int(rec["rank"]), routing.group_for_kind(rec["coords"], win.group_kind))
+        except (ArgusError, KeyError, ValueError):
+            continue
+
+    def kin(r: int) -> int:
+        """Characters the rank's group id shares with the culprit's (a sibling group)."""
+        a, b = gid.get(r, ""), win.group_id
+        n = 0
+        while n < min(len(a), len(b)) and a[n] == b[n]:
+            n += 1
+        return n
+
     seen = sorted({int(r["rank"]) for r in steps})
     pool = [r for r in members if r not in culprits] if win.ranks else []
-    pool += [r for r in seen if r not in culprits and r not in pool]
+    pool += sorted(
+        (r for r in seen if r not in culprits and r not in pool), key=lambda r: (-kin(r), r)
+    )
     return culprits, sorted(set(culprits) | set(pool[:peers]))

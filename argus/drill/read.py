@@ -253,7 +253,7 @@ def group_lags(settings: Any, prefix: str) -> list[dict[str, Any]]:
     from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient(settings.kafka_config())
+    admin = AdminClient(settings.kafka_config(log_level=3))  # no "purging events" notice
     try:
         listed = admin.list_consumer_groups(request_timeout=10).result()
     except KafkaException as exc:
