@@ -283,3 +283,16 @@ def test_synthetic_job_diagnosed(tmp_path: Path) -> None:
     assert d.verdicts and list(d.verdicts[0].culprit.ranks) == [5]
     assert d.verdicts[0].culprit.phase == "forward"
     assert {r for v in d.verdicts for r in v.culprit.ranks} == {5}
+
+
+def test_several_files_per_rank_are_merged(tmp_path: Path) -> None:
+    """A schedule with ``repeat``: two profiling cycles per rank, in subdirectories (the
+    search is recursive), steps 10-13 and 30-33, merged into one job per rank."""
+    write_synthetic_job(tmp_path / "cycle1", ranks=2, steps=4, first_step=10, kernels_per_step=4)
+    write_synthetic_job(tmp_path / "cycle2", ranks=2, steps=4, first_step=30, kernels_per_step=4)
+    res = ingest(tmp_path, IngestOptions(job="j"))
+    assert res.files == 4 and res.ranks == [0, 1] and not res.warnings
+    recs = list(res.records())
+    steps = sorted({r["step"] for s, _k, r in recs if s == "raw.steps"})
+    assert steps == [10, 11, 12, 13, 30, 31, 32, 33]
+    assert _valid(recs) == {"raw.steps": 16, "raw.kernels": 16}
