@@ -55,6 +55,14 @@ def _job_name(path: str) -> str:
     help=f"exit 0 when some files could not be read (default: exit {EXIT_PARTIAL}, "
     "after writing what could be)",
 )
+@click.option(
+    "-j",
+    "--workers",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="processes parsing files at once",
+)
 @click.option("--prefix", default=None, help="topic prefix with --kafka (default: settings')")
 @click.pass_context
 def ingest(
@@ -69,6 +77,7 @@ def ingest(
     layout: str | None,
     no_kernels: bool,
     skip_bad: bool,
+    workers: int,
     prefix: str | None,
 ) -> int:
     """Ingest the PyTorch profiler traces under PATH (.json / .json.gz, one or more per rank)
@@ -106,7 +115,7 @@ def ingest(
                 task = bar.add_task("reading traces", total=total)
             bar.update(task, advance=1, description=f"read {f.name[:40]}")
 
-        res = run_ingest(path, opts, on_file=on_file)
+        res = run_ingest(path, opts, on_file=on_file, workers=workers)
     t_read = time.monotonic() - t0
     for s in res.skipped:
         click.secho(f"skipped {s}", fg="red", err=True)

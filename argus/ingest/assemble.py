@@ -367,11 +367,39 @@ def _coords(world: int, layout: str | None) -> Callable[[int], dict[str, int]]:
     return dp_only
 
 
+def _read_one(f: Path, max_phases: int) -> RankTrace | str:
+    try:
+        return read_kineto(f, max_phases=max_phases)
+    except TraceError as exc:
+        return exc.reason
+
+
+def _read_all(
+    files: list[Path], max_phases: int, workers: int
+) -> Iterator[tuple[Path, RankTrace | str]]:
+    """``(file, trace or the reason it was skipped)`` in file order (``workers`` == 1) or as
+    each finishes (a process pool); the caller sorts what it keeps."""
+    if workers <= 1 or len(files) < 2:
+        for f in files:
+            yield f, _read_one(f, max_phases)
+        return
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    # forkserver: no fork of a process with threads (the CLI's progress bar runs one)
+    ctx = mp.get_context("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
+    with ProcessPoolExecutor(min(workers, len(files)), mp_context=ctx) as pool:
+        futs = {pool.submit(_read_one, f, max_phases): f for f in files}
+        for fut in as_completed(futs):
+            yield futs[fut], fut.result()
+
+
 def ingest(
     path: str | Path | Sequence[str | Path],
     options: IngestOptions,
     *,
     on_file: Callable[[Path, RankTrace | None, int], None] | None = None,
+    workers: int = 1,
 ) -> IngestResult:
     """Read the trace files under ``path`` (or the given files) into one job.
 
@@ -383,6 +411,9 @@ def ingest(
     on_file : callable, optional
         ``on_file(file, trace or None when skipped, number of files)`` after each file: a
         progress hook.
+    workers : int
+        Processes parsing files at once (1: this process). Results are the same whatever
+        the number; files are reported as they finish.
 
     Raises
     ------
@@ -400,16 +431,17 @@ def ingest(
     skipped: list[Skipped] = []
     warnings: list[str] = []
     read: list[RankTrace] = []
-    for f in files:
-        try:
-            tr: RankTrace | None = read_kineto(f, max_phases=options.max_phases)
-        except TraceError as exc:
-            skipped.append(Skipped(str(f), exc.reason))
-            tr = None
-        if tr is not None:
+    for f, got in _read_all(files, options.max_phases, workers):
+        tr = got if isinstance(got, RankTrace) else None
+        if tr is None:
+            skipped.append(Skipped(str(f), str(got)))
+        else:
             read.append(tr)
         if on_file is not None:
             on_file(f, tr, len(files))
+    pos = {str(f): i for i, f in enumerate(files)}
+    read.sort(key=lambda t: pos[str(t.path)])
+    skipped.sort(key=lambda x: pos[x.path])
     traces = _resolve_ranks(read, options, skipped, warnings)
     if not traces:
         raise IngestError(

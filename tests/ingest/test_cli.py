@@ -29,7 +29,7 @@ def test_ingest_then_diagnose_with_a_bad_file(
     assert (out / "steps.avro").is_file() and (out / "kernels.avro").is_file()
     summary = json.loads((out / "ingest.json").read_text())
     assert summary["step_records"] == 80 and len(summary["skipped"]) == 1
-    assert main(["ingest", str(tr), "--out", str(out), "--skip-bad", "--job", "j2"]) == 0
+    assert main(["ingest", str(tr), "--out", str(out), "--skip-bad", "--job", "j2", "-j", "2"]) == 0
     capsys.readouterr()
     assert main(["diagnose", str(out)]) == 0
     findings = json.loads((out / "findings.json").read_text())

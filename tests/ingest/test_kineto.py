@@ -268,7 +268,10 @@ def test_truncated_gzip_is_named_and_others_read(tmp_path: Path) -> None:
     assert res.ranks == [0, 2]
     assert len(res.skipped) == 1 and res.skipped[0].path == str(paths[1])
     assert "truncated gzip" in res.skipped[0].reason
-    assert _valid(list(res.records())) == {"raw.steps": 8, "raw.kernels": 8}
+    recs = list(res.records())
+    assert _valid(recs) == {"raw.steps": 8, "raw.kernels": 8}
+    par = ingest(tmp_path, IngestOptions(job="j"), workers=2)  # a process pool: the same
+    assert par.skipped == res.skipped and list(par.records()) == recs
 
 
 def test_synthetic_job_diagnosed(tmp_path: Path) -> None:
