@@ -390,7 +390,7 @@ class _Cols:
                 continue
             cat = e.get("cat")
             name = e.get("name")
-            if cat == "cpu_op":
+            if cat == "cpu_op" and not name.startswith("ProfilerStep#"):
                 ts = e["ts"]
                 dur = e["dur"]
                 self.cn.append(name)
@@ -415,7 +415,7 @@ class _Cols:
                     self.lt.append(e["ts"])
             elif isinstance(cat, str) and cat.startswith("gpu_"):
                 continue
-            elif isinstance(name, str) and name.startswith("ProfilerStep#"):
+            elif isinstance(name, str) and name.startswith("ProfilerStep#"):  # any CPU cat
                 m = _STEP.match(name)
                 if m:
                     n = int(m.group(1))

@@ -299,3 +299,19 @@ def test_several_files_per_rank_are_merged(tmp_path: Path) -> None:
     steps = sorted({r["step"] for s, _k, r in recs if s == "raw.steps"})
     assert steps == [10, 11, 12, 13, 30, 31, 32, 33]
     assert _valid(recs) == {"raw.steps": 16, "raw.kernels": 16}
+
+
+def test_old_trace_with_steps_as_cpu_ops(tmp_path: Path) -> None:
+    """Older PyTorch wrote ProfilerStep#N with ``cat: "cpu_op"``: still steps, not kernels."""
+    ev = [
+        _ev("cpu_op", "ProfilerStep#3", 0, 1000),
+        _ev("cpu_op", "aten::mm", 100, 300),
+        _ev("Operator", "ProfilerStep#4", 1000, 1000),
+        _ev("cpu_op", "aten::mm", 1100, 600),
+    ]
+    f = tmp_path / "old.json"
+    f.write_text(json.dumps(_doc(0, ev)))
+    tr = read_kineto(f)
+    assert [s.step for s in tr.steps] == [3, 4]
+    assert tr.kernel_source == "cpu_ops" and tr.names == ["aten::mm"]
+    assert tr.k_dur.tolist() == [300_000, 600_000] and tr.k_step.tolist() == [3, 4]
