@@ -186,6 +186,28 @@ def test_around_trace_and_empty_reads(
                  "--prefix", topic_prefix + "x", "-o", str(tmp_path / "r.json")]) == 1  # fmt: skip
     err = capsys.readouterr().err
     assert "prefix: topic" in err and f"{topic_prefix}.raw.steps" in err
+    # stacks --around: the culprit's first rank against an automatic peer of its dp group
+    summ = [
+        ("summary.stacks", f"{JOB}/{rk}", {
+            "job": JOB, "rank": rk, "window_start_ns": T0_NS, "window_end_ns": end,
+            "samples": 100, "stacks": [
+                {"stack": "MainThread;train (t.py:1);mlp (m.py:9)", "count": hot},
+                {"stack": "MainThread;train (t.py:1);load (d.py:4)", "count": 100 - hot}]})
+        for rk, hot in ((7, 90), (1, 20))
+    ]  # fmt: skip
+    publish(iter(summ), kafka, prefix=topic_prefix)
+    assert main(["stacks", "--around", key, "--vs", "auto", "--prefix", topic_prefix]) == 0
+    out_text = capsys.readouterr().out
+    assert "rank 7: 100 samples; rank 1: 100 samples" in out_text
+    assert "+70.0  mlp (m.py:9)" in out_text
+    # replay --around: the same verdict again
+    rj = tmp_path / "around.json"
+    assert main(["replay", "--around", key, "--prefix", topic_prefix, "-o", str(rj)]) == 0
+    import json
+
+    doc = json.loads(rj.read_text())
+    assert key in {a["dedup_key"] for a in doc["alerts"]}
+    capsys.readouterr()
     # the report of the same alert leads with it
     page = tmp_path / "a.html"
     assert main(["report", "--around", key, "--prefix", topic_prefix, "-o", str(page)]) == 0
