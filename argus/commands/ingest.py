@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -136,7 +137,7 @@ def ingest(
     else:
         from argus.sim import publish
 
-        counts = publish(res.records(), settings_from(ctx), prefix=prefix)
+        counts = publish(_fits_a_message(res.records()), settings_from(ctx), prefix=prefix)
         for topic, n in sorted(counts.items()):
             click.echo(f"  {n:>9d} records -> {topic}")
     click.echo(f"done in {time.monotonic() - t0:.1f} s")
@@ -149,6 +150,29 @@ def ingest(
         if not skip_bad:
             ctx.exit(EXIT_PARTIAL)
     return 0
+
+
+MAX_MESSAGE_BYTES = 950_000
+"""A kernel batch larger than this does not fit the producer's 1 MB message (``--kafka``)."""
+
+
+def _fits_a_message(records: Iterator[tuple[str, str, dict[str, Any]]]) -> Iterator[Any]:
+    """Pass records through; a kernel batch over one Kafka message is an error naming it
+    (``--out`` files take any size; the collectors' part splitting is not used here yet)."""
+    from argus.ingest.assemble import IngestError
+
+    for item in records:
+        rec = item[2]
+        if item[0] == "raw.kernels":
+            size = sum(len(rec[c]) for c in ("name_idx", "stream", "start_ns", "duration_ns"))
+            size += sum(len(n) + 2 for n in rec["names"])
+            if size > MAX_MESSAGE_BYTES:
+                raise IngestError(
+                    f"rank {rec['rank']} step {rec['window_id']}: {len(rec['duration_ns']) // 8:,} "
+                    f"kernel events (~{size / 1e6:.1f} MB) do not fit one Kafka message; "
+                    "use --out DIR (argus diagnose reads any size) or --no-kernels"
+                )
+        yield item
 
 
 def _ranges(ranks: list[int]) -> str:

@@ -77,3 +77,17 @@ def test_ingest_publishes_to_kafka(kafka: Settings, topic_prefix: str, tmp_path:
     assert {(r["rank"], r["step"]) for r in got["step_record"]} == {
         (r, s) for r in range(3) for s in range(10, 15)
     }
+
+
+def test_kafka_batch_too_large_for_one_message_is_named() -> None:
+    from argus.commands.ingest import _fits_a_message
+    from argus.ingest.assemble import IngestError
+
+    n = 45_000
+    cols = {"name_idx": bytes(4 * n), "stream": bytes(4 * n), "start_ns": bytes(8 * n)}
+    big = {**cols, "duration_ns": bytes(8 * n), "names": ["k"], "rank": 7, "window_id": 12}
+    small = {**big, "name_idx": b"\0" * 4, "stream": b"\0" * 4, "start_ns": b"\0" * 8}
+    small["duration_ns"] = b"\0" * 8
+    assert len(list(_fits_a_message(iter([("raw.kernels", "j/7", small)])))) == 1
+    with pytest.raises(IngestError, match=r"rank 7 step 12: 45,000 kernel events .* --out DIR"):
+        list(_fits_a_message(iter([("raw.kernels", "j/7", small), ("raw.kernels", "j/7", big)])))
