@@ -436,7 +436,7 @@ def bench_pages(args: argparse.Namespace) -> list[dict[str, Any]]:
             acc[1] += steps
         if sc.false_pages:
             details.append(f"{name} @{ranks}: " + "; ".join(sc.false_pages))
-        pages = [
+        page_list = [
             {
                 "window": er.page_window.get(i),
                 **{f: a.get(f) for f in ("group_kind", "group_id", "ranks", "phase", "kernels")},
@@ -453,7 +453,7 @@ def bench_pages(args: argparse.Namespace) -> list[dict[str, Any]]:
                 "seed": seed,
                 "secs": round(secs, 1),
                 **sc.to_dict(),
-                "page_list": pages,
+                "page_list": page_list,
             }
         )
     for ranks, (pages, steps) in sorted(per_size.items()):

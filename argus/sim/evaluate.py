@@ -297,11 +297,14 @@ def _group_members(layout: Any) -> dict[tuple[str, str], list[int]]:
 
 
 def _page_ranks(a: Mapping[str, Any], members: Mapping[tuple[str, str], list[int]]) -> set[int]:
-    """Ranks a page names: its ``ranks``, else its group's members; none for a job-wide
-    page (L1 alone names no rank)."""
+    """Ranks a page names: its ``ranks``, else ``details.members``, else its group's
+    members; none for a job-wide page (L1 alone names no rank)."""
     ranks = {int(r) for r in a.get("ranks") or ()}
     if ranks or a.get("group_kind") == "job":
         return ranks
+    listed = (a.get("details") or {}).get("members")
+    if listed:
+        return {int(r) for r in (json.loads(listed) if isinstance(listed, str) else listed)}
     return set(members.get((str(a.get("group_kind")), str(a.get("group_id"))), []))
 
 
