@@ -58,7 +58,6 @@ def report(
         )
     else:
         dw = drill_window(s, job=job, prefix=prefix, around=around, **window)
-        win = dw.win
         page = report_from_kafka(
             s,
             dw.job,
@@ -67,7 +66,7 @@ def report(
             window_steps=window_steps,
             prefix=prefix,
             lag_ns=dw.lag_ns,
-            focus=around if win is not None and win.source == "alert" else None,
+            focus=around,  # the alert's verdict, or the one holding the finding (else a note)
         )
     Path(out).write_text(page)
     click.echo(f"report ({len(page) // 1024} KiB) -> {out}")

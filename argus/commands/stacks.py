@@ -100,8 +100,8 @@ def stacks(
             raise click.BadParameter(f"{vs!r}: a rank or 'auto'", param_hint="--vs") from exc
     raw, source = stacks_from_kafka(s, job, rank, tr, prefix=prefix, lag_ns=lag_ns)
     counts = select(raw, own=all_threads, thread=thread)
-    hidden = sum(raw.values()) - sum(select(raw, own=True, thread=thread).values())
-    hidden = sum(raw.values()) - sum(counts.values()) if not thread else hidden
+    # argus's own samples among the threads the filter keeps
+    hidden = sum(select(raw, own=True, thread=thread).values()) - sum(counts.values())
     name = f"{job} rank {rank}"
     if not counts:
         ths = ", ".join(f"{t} ({n})" for t, n, _own in threads(raw)[:10])
