@@ -137,6 +137,8 @@ def ingest(
     else:
         from argus.sim import publish
 
+        if not no_kernels:
+            _check_sizes(res.traces)  # before anything is published
         counts = publish(_fits_a_message(res.records()), settings_from(ctx), prefix=prefix)
         for topic, n in sorted(counts.items()):
             click.echo(f"  {n:>9d} records -> {topic}")
@@ -154,6 +156,25 @@ def ingest(
 
 MAX_MESSAGE_BYTES = 950_000
 """A kernel batch larger than this does not fit the producer's 1 MB message (``--kafka``)."""
+
+
+def _check_sizes(traces: list[Any]) -> None:
+    """Fail before publishing when a rank's step holds more kernels than one message carries
+    (24 bytes an event; the names are checked as records are built)."""
+    import numpy as np
+
+    from argus.ingest.assemble import IngestError
+
+    for tr in traces:
+        if tr.k_step.size:
+            steps, n = np.unique(tr.k_step, return_counts=True)
+            i = int(n.argmax())
+            if int(n[i]) * 24 > MAX_MESSAGE_BYTES:
+                raise IngestError(
+                    f"{tr.path}: rank {tr.rank} step {int(steps[i])} has {int(n[i]):,} kernel "
+                    "events, more than one Kafka message carries; use --out DIR (argus "
+                    "diagnose reads any size) or --no-kernels"
+                )
 
 
 def _fits_a_message(records: Iterator[tuple[str, str, dict[str, Any]]]) -> Iterator[Any]:
