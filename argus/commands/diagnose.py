@@ -89,7 +89,7 @@ def _print(res: Any, evaluation: Any, top: int) -> None:
         kinds = {k: n for (lv, k), n in by.items() if lv == level}
         label = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())) or "[green]silent[/]"
         tree.add(f"[bold]{level}[/]: {label}")
-    fun = tree.add(
+    tree.add(
         f"[bold]funnel[/]: {len(res.verdicts)} culprit(s), "
         f"{sum(1 for a in res.alerts if a['action'] == 'trigger')} alert trigger(s)"
     )
@@ -117,8 +117,11 @@ def _print(res: Any, evaluation: Any, top: int) -> None:
                 f"{v.confidence:.2f}",
             )
         con.print(t)
-        for v in res.verdicts[: min(top, 5)]:
-            fun.add(summary(v))
+        # the lines that were paged, as on argus.alerts (with hosts); else the verdicts'
+        paged = [a["summary"] for a in res.alerts if a["action"] == "trigger"]
+        con.print("[bold]alerts[/]" if paged else "[bold]verdicts[/] (no alert)")
+        for line in paged[: min(top, 5)] or [summary(v) for v in res.verdicts[: min(top, 5)]]:
+            con.print("  " + line, markup=False, highlight=False, soft_wrap=True)
     if evaluation is not None:
         e = evaluation
         con.print(
