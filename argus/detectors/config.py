@@ -116,6 +116,13 @@ class L2Config:
         evidence, and the gate of the collectives' waiting *victims* (evidence only). 3.5
         (ours, Iglewicz-Hoaglin). No longer a gate for naming a rank: it is per test and
         depends on the spread of 16 medians, so it named ~1 rank in 1,000 per phase.
+    min_effect : float
+        ... and that excess (the mean log ratio to the step median over the window's steps
+        but the worst) is at least this many robust sigmas of the phase's per-step log ratios
+        in the window. 2.5 (ours: where one step's noise is as large as a straggler's excess,
+        a phase that is the whole step with per-step jitter sigma 0.25, a 4-step window cannot
+        tell the straggler from the rank that drew the slowest steps; a GEMM phase's per-step
+        noise is 1-2 %, so a 1.25x slowdown is at ~15).
     min_excess : float
         ... and the rank's excess (ns per step, mean over the window's steps without its
         worst one) is at least this fraction of the phase's median duration. 0.15 (ours: a
@@ -161,6 +168,7 @@ class L2Config:
     burst_z: float = 6.0
     z: float = 3.5
     min_excess: float = 0.10
+    min_effect: float = 2.5
     cv: float = 0.15
     mad_floor: float = 0.01
     pair_ratio: float = 1.5
@@ -176,6 +184,7 @@ class L2Config:
             self,
             0.0,
             "min_excess",
+            "min_effect",
             "cv",
             "min_abs_ms",
             "late_step_share",

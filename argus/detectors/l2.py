@@ -387,21 +387,32 @@ def _trimmed_mean(x: np.ndarray, ok: np.ndarray) -> np.ndarray:
     return np.asarray(out, dtype=np.float64)
 
 
-def _spread_z(e: np.ndarray, valid: np.ndarray, cfg: L2Config) -> np.ndarray:
-    """(R, P) robust z of each rank's persistent log ratio among its group's.
+def _spread_z(e: np.ndarray, valid: np.ndarray, cfg: L2Config) -> tuple[np.ndarray, np.ndarray]:
+    """(R, P) robust z of each rank's persistent log ratio among its group's, and (R, P) its
+    effect: the persistent log ratio in robust sigmas of the phase's per-step log ratios.
 
-    A rank's persistent log ratio is the mean over its steps, without its worst one, of
-    ``log(d / step median)`` clipped at ``+-log(outlier_ratio)``; the z is against the
-    median and 1.4826 MAD (floored at ``mad_floor``, in log units) of the ranks' values. The
-    healthy per-GPU speed spread is persistent too: a rank is a straggler only when it
-    stands out of the spread its peers show.
+    A rank's persistent log ratio ``m`` is the mean over its steps, without its worst one, of
+    ``log(d / step median)`` (``e``, sign-adjusted) clipped at ``+-log(outlier_ratio)``. The
+    z is against the median and 1.4826 MAD of the ranks' ``m``: the healthy per-GPU speed
+    spread is persistent too, so a rank is a straggler only when it stands out of the spread
+    its peers show. The effect is ``m`` over 1.4826 MAD of the window's cells: where one
+    step's noise is as large as the excess (a phase that is the whole step, jittered), four
+    steps cannot tell a straggler from the luckless rank of the window. Both sigmas are
+    floored at ``mad_floor`` (log units).
     """
     c = math.log(cfg.outlier_ratio)
-    m = _trimmed_mean(np.clip(np.nan_to_num(e, nan=0.0), -c, c), valid)  # (R, P)
+    ec = np.clip(np.nan_to_num(e, nan=0.0), -c, c)
+    m = _trimmed_mean(ec, valid)  # (R, P)
     med = _medians_axis0(m)  # (P,)
     mad = _medians_axis0(np.abs(m - med[None]))
     sigma = np.maximum(_MAD_TO_SIGMA * np.nan_to_num(mad, nan=0.0), cfg.mad_floor)
-    return np.asarray(np.nan_to_num((m - med[None]) / sigma[None], nan=-np.inf), np.float64)
+    z = np.asarray(np.nan_to_num((m - med[None]) / sigma[None], nan=-np.inf), np.float64)
+    cells = np.where(valid, ec, np.nan).reshape(-1, e.shape[2])  # (R * S, P)
+    cmed = _medians_axis0(cells)
+    cmad = _medians_axis0(np.abs(cells - cmed[None]))
+    csig = np.maximum(_MAD_TO_SIGMA * np.nan_to_num(cmad, nan=0.0), cfg.mad_floor)
+    effect = np.asarray(np.nan_to_num(m / csig[None], nan=-np.inf), np.float64)
+    return z, effect
 
 
 @dataclass
@@ -463,8 +474,9 @@ def _judge(win: GroupWindow, step_ns: float, cfg: L2Config) -> _Judged | None:
         for j in np.flatnonzero(collective & candidate.any(axis=0)):
             stood_out[:, j] = phase_stats(dd[:, :, j], cfg).z <= -cfg.z
         candidate &= np.where(collective[None], stood_out, True)
-    spread_z = _spread_z(e, valid, cfg)
+    spread_z, effect = _spread_z(e, valid, cfg)
     candidate &= np.where(collective[None] | pair[None], True, spread_z >= cfg.z)
+    candidate &= np.where(pair[None], True, effect >= cfg.min_effect)
     ratio = np.full((r, np_), np.nan)
     if pair.any():  # a pair: the ratio of the window medians as before
         v = _medians_axis0(np.swapaxes(dd[:, :, pair], 0, 1))  # (R, pairs)
