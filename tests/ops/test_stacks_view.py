@@ -162,3 +162,42 @@ def test_stacks_command(
     # nothing there: a typed error, exit 1
     assert main([*base, "--rank", "7", "--from", str(T0), "--to", str(T0 + SEC)]) == 1
     assert "no stack records" in capsys.readouterr().err
+
+
+CHILD = """
+import sys
+from argus.collectors.producer import RecordProducer
+prod = RecordProducer({"bootstrap.servers": "127.0.0.1:1"})  # its delivery thread idles
+def training_step():
+    x = 0
+    while True:
+        x += sum(range(200))
+print("ready", flush=True)
+training_step()
+"""
+
+
+def test_real_collector_thread_hidden_from_a_py_spy_dump(tmp_path: Path) -> None:
+    """A real py-spy dump of a process running argus's producer: its delivery thread is
+    argus's own and hidden; the training loop stays."""
+    import subprocess
+    import sys
+
+    from argus.collectors.stacks import collapse_dump, dump_stacks, find_py_spy
+
+    if find_py_spy() is None:
+        pytest.skip("py-spy not installed")
+    script = tmp_path / "train_child.py"
+    script.write_text(CHILD)
+    p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+        stacks = collapse_dump(dump_stacks(p.pid))
+    finally:
+        p.kill()
+        p.wait()
+    counts = {s: 1 for s in stacks}
+    own = [s for s in stacks if is_argus_stack(s)]
+    assert any(s.startswith("argus-producer;") for s in own), stacks
+    kept = select(counts)
+    assert kept and all("training_step (train_child.py:" in s for s in kept), kept
