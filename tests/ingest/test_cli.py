@@ -96,10 +96,10 @@ def test_kafka_batch_too_large_for_one_message_is_named() -> None:
 def test_kafka_too_large_step_fails_before_publishing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """45,000 kernels in one step of one rank: --kafka exits 1 naming the file, rank and step
+    """45,001 kernels in one step of one rank: --kafka exits 1 naming the file, rank and step
     (no broker is contacted: the check runs before the producer exists)."""
-    write_synthetic_job(tmp_path / "t", ranks=1, steps=1, kernels_per_step=90_000, gz=False)
+    write_synthetic_job(tmp_path / "t", ranks=1, steps=1, kernels_per_step=45_000, gz=False)
     assert main(["ingest", str(tmp_path / "t"), "--kafka", "--prefix", "never-used"]) == 1
     assert (
-        "rank-0.pt.trace.json: rank 0 step 10 has 45,000 kernel events" in capsys.readouterr().err
+        "rank-0.pt.trace.json: rank 0 step 10 has 45,001 kernel events" in capsys.readouterr().err
     )
