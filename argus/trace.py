@@ -12,7 +12,9 @@ Layout, all on event time (ns since epoch, the records' own clocks):
   ``stack_batch`` / ``stack_summary`` window, named by the hottest leaf frame of the
   training's own threads, argus's collector threads left out, the top stacks as
   arguments);
-* a counter track ``iteration time (ms)`` per rank, one value per step.
+* a counter track ``iteration time (ms)`` per rank, one value per step;
+* with ``--around``, a top-level track ``argus alert`` spanning the alert's window, named by
+  its summary.
 
 A slice that starts inside another and ends after it (a partial overlap, which a track cannot
 show nested) is clipped to its parent's end and annotated ``clipped_ns``.
@@ -85,6 +87,7 @@ def build_trace(
     ranks: Iterable[int] | None = None,
     top_stacks: int = 5,
     culprits: Iterable[int] = (),
+    marks: Sequence[tuple[int, int, str]] = (),
 ) -> tuple[bytes, TraceStats]:
     """Serialized Perfetto ``Trace`` of the records of ``ranks`` (all when None).
 
@@ -98,6 +101,8 @@ def build_trace(
         Stacks listed as debug annotations on each stack slice.
     culprits : iterable of int
         Ranks marked as the culprit's (process name and label).
+    marks : sequence of (start_ns, end_ns, name)
+        Spans drawn on a top-level track ``argus alert`` (the alert's window).
 
     Returns
     -------
@@ -201,6 +206,26 @@ def build_trace(
     def add(ts: int, kind: int, depth_key: int, fill: Any) -> None:
         todo.append((ts, kind, depth_key, next(seq), fill))
 
+    if marks:
+        mu = next(uuid)
+        m = builder.add_packet()
+        m.track_descriptor.uuid = mu
+        m.track_descriptor.name = "argus alert"
+        for (_a, _b, n), (a1, b1, depth) in zip(
+            marks, nest([(x[0], x[1]) for x in marks]), strict=True
+        ):
+
+            def fill_mark(te: Any, n: str = n, mu: int = mu) -> None:
+                te.type = TrackEvent.TYPE_SLICE_BEGIN
+                te.track_uuid = mu
+                te.name = n
+
+            def end_mark(te: Any, mu: int = mu) -> None:
+                te.type = TrackEvent.TYPE_SLICE_END
+                te.track_uuid = mu
+
+            add(a1, 1, depth, fill_mark)
+            add(b1, 0, -depth, end_mark)
     order = ["steps", "phases", "cuda stream", "CPU ops", "stacks"]
     for rk in sorted(ev):
         pu = next(uuid)
@@ -289,6 +314,7 @@ def trace_from_kafka(
     on_progress: Any = None,
     lag_ns: int | None = None,
     culprits: Iterable[int] = (),
+    marks: Sequence[tuple[int, int, str]] = (),
 ) -> tuple[bytes, TraceStats]:
     """Read ``ranks``' steps, raw kernels and stacks in ``tr`` from Kafka; build the trace.
 
@@ -318,4 +344,4 @@ def trace_from_kafka(
             f"no records of job {job!r} ranks {','.join(map(str, ranks))} in that range: "
             + why_empty(settings, topic_name("raw.steps", pfx), job, tr, lag_ns=lag_ns, ranks=ranks)
         )
-    return build_trace(steps, kernels, stacks, ranks=ranks, culprits=culprits)
+    return build_trace(steps, kernels, stacks, ranks=ranks, culprits=culprits, marks=marks)

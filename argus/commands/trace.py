@@ -88,8 +88,9 @@ def trace(
             f"{','.join(str(r) for r in ranks if r not in culprits) or 'none'}",
             err=True,
         )
+    marks = [(win.start_ns, win.end_ns, win.summary or win.ref)] if win else []
     data, stats = trace_from_kafka(
-        s, job, ranks, tr, prefix=prefix, lag_ns=lag_ns, culprits=culprits
+        s, job, ranks, tr, prefix=prefix, lag_ns=lag_ns, culprits=culprits, marks=marks
     )
     Path(out).write_bytes(data)
     for rk, d in stats.slices.items():

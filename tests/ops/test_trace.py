@@ -109,16 +109,22 @@ def test_trace_nests_on_one_track_per_stream() -> None:
     stk = {"job": JOB, "rank": 5, "window_start_ns": t, "window_end_ns": t + 1000, "samples": 10,
            "stacks": [{"stack": "argus-producer;run (threading.py:1);_run (/x/argus/collectors/producer.py:9)", "count": 8},
                       {"stack": "MainThread;train (t.py:9);matmul (t.py:20)", "count": 2}]}  # fmt: skip
-    data, stats = build_trace([step], [gpu, cpu], [stk], culprits=[5])
+    data, stats = build_trace(
+        [step], [gpu, cpu], [stk], culprits=[5], marks=[(t, t + 900, "alert")]
+    )
     procs, tracks, events = _parse(data)
+    assert (0, "argus alert") in tracks.values()  # top level: the alert's window
     assert list(procs.values()) == ["rank 5 (h) CULPRIT"]
     names = sorted(n for _p, n in tracks.values())
-    assert names == ["CPU ops thread 4242", "cuda stream 7 (compute)", "iteration time (ms)",
-                     "phases compute", "stacks", "steps"]  # fmt: skip
+    assert names == ["CPU ops thread 4242", "argus alert", "cuda stream 7 (compute)",
+                     "iteration time (ms)", "phases compute", "stacks", "steps"]  # fmt: skip
     assert not any("#" in n for n in names)
     deepest = _nesting_ok(events, tracks)
     assert deepest["cuda stream 7 (compute)"] == 2 and deepest["CPU ops thread 4242"] == 2
     assert deepest["phases compute"] == 2
+    events = [
+        p for p in events if p.track_event.name != "alert" and p.track_event.track_uuid in tracks
+    ]
     slice_names = {
         p.track_event.name for p in events if p.track_event.type == TrackEvent.TYPE_SLICE_BEGIN
     }
