@@ -17,6 +17,7 @@ windows).
 from __future__ import annotations
 
 import asyncio
+import json
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -121,6 +122,19 @@ class _Engine:
         self.state: dict[tuple[str, str], Any] = {}
         self.now = 0.0  # the funnel's processing clock: only its idle rule reads it
 
+    def restart(self) -> None:
+        """A worker restart between two records: tables and per-key states come back as
+        their changelogs hold them (JSON: tuples are lists, keys strings), and the roles'
+        process memory (caches, idle clocks, kernel names not in a table) is lost."""
+        for name, t in self.ctx.tables.items():
+            self.ctx.tables[name] = {k: json.loads(json.dumps(v)) for k, v in t.items()}
+        self.state = {k: json.loads(json.dumps(v)) for k, v in self.state.items()}
+        fresh = _Engine(self.ctx, funnel=self.funnel is not None)
+        self.job_tier, self.blocks, self.l3 = fresh.job_tier, fresh.blocks, fresh.l3
+        self.funnel = fresh.funnel
+        if self.funnel is not None:
+            self.funnel.on_window = lambda a, b, out: self.windows.append((a, b, out))
+
     def _st(self, role: Any, name: str, key: str) -> Any:
         st = self.state.get((name, key))
         if st is None:
@@ -211,8 +225,13 @@ def run_engine(
     detectors: DetectorsConfig | None = None,
     pcfg: PipelineConfig | None = None,
     funnel: bool = True,
+    restart_every: int = 0,
 ) -> EngineResult:
     """Run the engine's roles over recorded records; see the module doc.
+
+    ``restart_every`` > 0 restarts the roles after every that many records
+    (:meth:`_Engine.restart`: state through JSON, process memory lost), which must not change
+    what they find (a test of the persisted state, as a crashed worker restores it).
 
     Kernel batches are compressed as the live compressor does
     (:func:`~argus.summaries.summary_record.summarize_batch`); summaries are used as they are.
@@ -223,8 +242,10 @@ def run_engine(
     eng = _Engine(ctx, funnel=funnel)
 
     async def go() -> None:
-        for _, kind, rec in _event_order(steps, summaries):
+        for i, (_, kind, rec) in enumerate(_event_order(steps, summaries), 1):
             await (eng.step(rec) if kind == "step" else eng.summary(rec))
+            if restart_every and i % restart_every == 0:
+                eng.restart()
         await eng.finish()
 
     asyncio.run(go())

@@ -33,7 +33,7 @@ import json
 import math
 import time
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from argus.detectors import l1, l2
@@ -220,7 +220,7 @@ class _L2Steps:
             self.cache.setdefault(whole[0], {})[step] = whole[1]
 
     def run(self, key: str, job: str, h: BlockHistory) -> list[Finding]:
-        h["recent"].sort()
+        h["recent"].sort(key=_first)  # tuples, or lists after a restore (JSON)
         cache = self.cache.setdefault(key, {})
         self.cache.move_to_end(key)
         while len(self.cache) > _CACHED_KEYS:
@@ -510,7 +510,7 @@ class JobSteps(_Tier):
         self.hist[job] = h
 
     def _l1(self, job: str, h: JobHistory) -> list[Finding]:
-        h["rows"] = sorted({r[0]: r for r in h["rows"]}.values())[-_HISTORY:]
+        h["rows"] = sorted({r[0]: r for r in h["rows"]}.values(), key=_first)[-_HISTORY:]
         t0 = time.perf_counter()
         s, it, a, b = (list(x) for x in zip(*h["rows"], strict=True))
         out = l1.detect(s, it, job=job, cfg=self.ctx.detectors.l1, start_ns=a, end_ns=b)
@@ -522,6 +522,12 @@ def _aggregate(a: JobStepAggregate) -> StepAggregate:
     return StepAggregate(
         iter_ns=a["iter_ns"], start_ns=a["start_ns"], end_ns=a["end_ns"], world=a["world"]
     )
+
+
+def _first(row: Sequence[Any]) -> Any:
+    """Sort key of state rows: their step (rows are tuples when made, lists once restored
+    from a table, and the two do not compare)."""
+    return row[0]
 
 
 def _incomplete(f: Finding, step: int) -> Finding:
