@@ -4,6 +4,7 @@ by the same function, and every alert backed by its window's verdict."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -100,6 +101,12 @@ def test_funnel_verdicts_are_published_live(
     triggers = [a for a in watch.get("alerts") if a["action"] == "trigger"]
     assert live, "no funnel verdict on argus.anomalies"
     assert any(set(a["ranks"]) == truth for a in triggers), triggers
+    # the page names the culprit's hosts, from the step records (issue 20)
+    hosts = {r: f"node{r // 8:04d}" for r in range(32)}  # the simulator's 8 ranks per host
+    for a in triggers:
+        named = {int(r): h for r, h in json.loads(a["details"]["hosts"]).items()}
+        assert named == {r: hosts[r] for r in json.loads(a["details"]["members"])}, a["summary"]
+        assert "host" in a["summary"].split(":")[0], a["summary"]
     assert watch.get("dlq") == []
     # exactly once, and what the funnel's state decided is all there
     checked = audit(kafka, topic_prefix, watch.get("alerts"), watch.get("anomalies"))
