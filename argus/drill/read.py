@@ -187,9 +187,10 @@ def explain(
 ) -> str:
     """The sentence for an empty read of ``job`` on ``topic`` (see
     :func:`argus.drill.window.explain_empty`); scans the topic (30 s at most)."""
-    suffix = topic.split(".", 1)[1] if "." in topic else topic
-    others = [t for t in topics_with_suffix(settings, suffix.split(".", 1)[-1]) if t != topic]
-    others = [t for t in others if t.endswith("." + suffix)]
+    from argus.topics import TOPICS
+
+    suffix = next((t.suffix for t in TOPICS if topic.endswith(f".{t.suffix}")), topic)
+    others = [t for t in topics_with_suffix(settings, suffix) if t != topic]
     if not topic_exists(settings, topic):
         return explain_empty(
             topic=topic, job=job, start_ns=start_ns, end_ns=end_ns, exists=False,
@@ -203,11 +204,13 @@ def explain(
                 ext.add(rec, ts, (start_ns, end_ns))
             else:
                 jobs.add(key.split("/", 1)[0])
-    except DrillReadError as exc:
-        return f"nothing read ({exc})"
+    except DrillReadError as exc:  # a topic too large to scan: say what was seen
+        cut = f" [partial: {exc}]"
+    else:
+        cut = ""
     with_job = []
     if not ext.records:
-        for t in others:
+        for t in others[:5]:  # the job under another prefix? (bounded: 5 topics, 10 s each)
             try:
                 if any(True for _ in read_topic(settings, t, key_prefix=f"{job}/", timeout_s=10)):
                     with_job.append(t)
@@ -216,7 +219,7 @@ def explain(
     return explain_empty(
         topic=topic, job=job, start_ns=start_ns, end_ns=end_ns, exists=True, extent=ext,
         other_jobs=sorted(jobs), lag_ns=lag_ns, ranks=ranks, prefix_topics=with_job,
-    )  # fmt: skip
+    ) + cut  # fmt: skip
 
 
 def group_members(

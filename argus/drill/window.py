@@ -277,10 +277,10 @@ def explain_empty(
     """
     asked = f"{iso(start_ns)} .. {iso(end_ns)}"
     if not exists:
-        alt = f"; topics with that suffix: {', '.join(prefix_topics)}" if prefix_topics else ""
+        alt = f"; topics with that suffix: {', '.join(prefix_topics[:8])}" if prefix_topics else ""
         return f"prefix: topic {topic} does not exist (check --prefix / [topics] prefix){alt}"
     if extent is None or not extent.records:
-        where = f"; on other topics: {', '.join(prefix_topics)}" if prefix_topics else ""
+        where = f"; the job is on: {', '.join(prefix_topics[:8])}" if prefix_topics else ""
         jobs = f"; jobs there: {', '.join(other_jobs[:10])}" if other_jobs else ""
         return f"job/prefix: no records of job {job!r} on {topic}{jobs}{where}"
     rng = f"job {job}'s records on {topic} span {extent.span()}"
