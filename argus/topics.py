@@ -9,7 +9,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["TOPICS", "TopicSpec", "topic_name", "topic_specs"]
+__all__ = [
+    "MAX_MESSAGE_BYTES",
+    "TOPICS",
+    "TOPIC_MAX_MESSAGE_BYTES",
+    "TopicSpec",
+    "topic_name",
+    "topic_specs",
+]
+
+#: The one size limit (bytes) of an argus record, key + value: the collectors' producer
+#: ``message.max.bytes`` and the size a kernel window is split to (``argus.schemas.kernel_parts``;
+#: docs/collectors.md). Kafka's and librdkafka's default, so a broker left at its defaults takes it.
+MAX_MESSAGE_BYTES = 1_000_000
+#: Every topic's ``max.message.bytes`` (a compressed record batch): the record plus Kafka's
+#: batch overhead, Kafka's default 1,048,588. Brokers' ``message.max.bytes`` must be at least
+#: this (the compose file and k8s set 8 MiB; ``argus kafka up`` keeps the default).
+TOPIC_MAX_MESSAGE_BYTES = MAX_MESSAGE_BYTES + 48_588
 
 _HOUR_MS = 3_600_000
 _DAY_MS = 24 * _HOUR_MS
@@ -28,7 +44,10 @@ class TopicSpec:
 
     def config(self) -> dict[str, str]:
         """Kafka topic configs."""
-        cfg = {"retention.ms": str(self.retention_ms)}
+        cfg = {
+            "retention.ms": str(self.retention_ms),
+            "max.message.bytes": str(TOPIC_MAX_MESSAGE_BYTES),
+        }
         if self.compact:
             cfg["cleanup.policy"] = "compact"
         return cfg

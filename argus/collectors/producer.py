@@ -1,23 +1,37 @@
 """A Kafka producer that never blocks or raises into the training thread.
 
-The training thread calls :meth:`RecordProducer.submit`, which appends one item to a bounded
-in-memory queue (bounded in records **and** bytes) and returns. A daemon thread drains the
-queue: it builds the record (items may be thunks, so that packing and encoding happen off the
-training thread), encodes it with :class:`argus.schemas.Codec` and hands it to
-confluent-kafka, whose own buffer is bounded the same way.
+The training thread calls :meth:`RecordProducer.submit`, which appends one item to a small
+hand-over queue (bounded in records and in hinted bytes) and returns. A daemon thread drains
+it: it builds the record (items may be thunks, so that packing and encoding happen off the
+training thread; a thunk may return several records, e.g. the parts of a kernel window),
+encodes it with :class:`argus.schemas.Codec` and hands the **encoded bytes** to
+confluent-kafka, whose queue is the backlog: bounded in records and bytes
+(``queue.buffering.max.messages``/``.kbytes``), held in C memory.
+
+No Python object per queued record: one delivery callback is set for the whole producer
+(a callback passed to each ``produce()``, as before issue 19, was a new bound-method object
+per record, ~10,000 of them alive while the broker was away, and the full garbage collections
+they triggered walked the whole heap on the training thread: 180-280 ms stalls). The hand-over
+queue holds only what was submitted since the last drain (at most ``max_pending`` items,
+about a second of steps), so no collection on the training thread grows with the backlog.
 
 Wake-ups are what a background thread costs on a busy host (each one runs cold code: on the
 2-core bench VM ~0.2-0.4 ms of CPU per wake-up of the delivery thread, against ~50 us per
 step record), so the delivery thread sleeps ``drain_interval_s`` (default 1 s) between
-drains and is woken early only when the queue passes half of either bound; a drain hands all
-queued records to librdkafka at once and ``linger.ms`` (100 ms) packs them into one request
-per topic partition. Records still go one per Kafka message; what they wait here is at most
-``drain_interval_s`` + ``linger.ms`` (the L2 detection budget is 5 s at p95).
+drains and is woken early only when the hand-over queue passes half of either bound; a drain
+hands all queued records to librdkafka at once and ``linger.ms`` (100 ms) packs them into one
+request per topic partition. Records still go one per Kafka message; what they wait here is at
+most ``drain_interval_s`` + ``linger.ms`` (the L2 detection budget is 5 s at p95).
 
-Loss is counted, never hidden: a full queue evicts the oldest item, a full librdkafka buffer
-(``BufferError``), a record the broker did not take within ``message_timeout_ms`` and a record
-that fails to encode all add to :attr:`dropped_records` / :attr:`dropped_bytes` (or
+Loss is counted, never hidden: a full hand-over queue evicts the oldest item; a full
+librdkafka queue (``BufferError``), a record over ``max_message_bytes``, a record the broker
+did not take within ``message_timeout_ms``, a record still queued at :meth:`close` and a
+record that fails to encode all add to :attr:`dropped_records` / :attr:`dropped_bytes` (or
 :attr:`errors`). Those cumulative counters ride in every step record.
+
+Shutdown is bounded: :meth:`close` flushes for at most its timeout, and for at most
+``unreachable_flush_s`` (0.25 s) while the broker is known to be unreachable (a connection
+error since the last acknowledged record); what is left is purged and counted.
 
 Delivery uses ``enable.idempotence=true`` and ``acks=all``. The delivery thread and
 librdkafka's threads run at a lower priority than the training threads
@@ -37,17 +51,19 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from argus.collectors.priority import lower_this_thread
 from argus.schemas import Codec
+from argus.topics import MAX_MESSAGE_BYTES
 
 __all__ = ["RecordProducer"]
 
 log = logging.getLogger("argus.collectors.producer")
 
-Value = Mapping[str, Any] | Callable[[], Mapping[str, Any] | None]
+Built = Mapping[str, Any] | Sequence[Mapping[str, Any]] | None
+Value = Mapping[str, Any] | Callable[[], Built]
 
 _LIVE: weakref.WeakSet[RecordProducer] = weakref.WeakSet()
 
@@ -89,18 +105,26 @@ class RecordProducer:
     kafka_config : mapping
         librdkafka settings (at least ``bootstrap.servers``), e.g. ``Settings.kafka_config()``.
     max_records : int
-        Queue bound in records (ours; librdkafka gets the same bound).
+        Backlog bound in records (librdkafka's queue of encoded records).
     max_bytes : int
-        Queue bound in bytes, from each item's ``size_bytes`` hint.
+        Backlog bound in encoded bytes (librdkafka's queue); also bounds the hand-over
+        queue by each item's ``size_bytes`` hint.
     message_timeout_ms : int
         A record the broker has not acknowledged after this long is dropped and counted.
     codec : Codec, optional
         Encoder; a default single-object codec when omitted.
     drain_interval_s : float
-        How often the delivery thread drains the queue, seconds (earlier when the queue is
+        How often the delivery thread drains the hand-over queue, seconds (earlier when it is
         half full).
     linger_ms : int
         librdkafka ``linger.ms``: how long a drained burst may wait to share a request.
+    max_message_bytes : int
+        Largest record, key + value (bytes): librdkafka ``message.max.bytes``; a larger one
+        is dropped and counted. Default :data:`argus.topics.MAX_MESSAGE_BYTES`.
+    max_pending : int
+        Hand-over queue bound in items (default ``min(max_records, 2048)``).
+    unreachable_flush_s : float
+        Longest flush at :meth:`close` while the broker is known unreachable (s).
     """
 
     def __init__(
@@ -113,11 +137,17 @@ class RecordProducer:
         codec: Codec | None = None,
         drain_interval_s: float = 1.0,
         linger_ms: int = 100,
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
+        max_pending: int | None = None,
+        unreachable_flush_s: float = 0.25,
     ) -> None:
         from confluent_kafka import Producer
 
         self.max_records = max_records
         self.max_bytes = max_bytes
+        self.max_message_bytes = max_message_bytes
+        self.max_pending = max(1, min(max_records, 2048) if max_pending is None else max_pending)
+        self.unreachable_flush_s = unreachable_flush_s
         self.dropped_records = 0
         self.dropped_bytes = 0
         self.errors = 0
@@ -134,11 +164,13 @@ class RecordProducer:
         self._drain_interval_s = drain_interval_s
         # submit() wakes the delivery thread early past these marks, so a burst is not dropped
         # for want of a drain
-        self._wake_records = max(1, max_records // 2)
+        self._wake_records = max(1, self.max_pending // 2)
         self._wake_bytes = max(1, max_bytes // 2)
         self._pid = os.getpid()
         self._dead = False
         self._last_error_log = 0.0
+        #: the broker failed a connection since the last acknowledged record (close is short)
+        self.unreachable = False
         conf = {
             **kafka_config,
             "enable.idempotence": True,
@@ -147,9 +179,12 @@ class RecordProducer:
             "compression.type": "lz4",
             "queue.buffering.max.messages": max_records,
             "queue.buffering.max.kbytes": max(1, max_bytes // 1024),
+            "message.max.bytes": max_message_bytes,
             "message.timeout.ms": message_timeout_ms,
             "socket.connection.setup.timeout.ms": min(10_000, message_timeout_ms),
             "error_cb": self._on_client_error,
+            # one callback object for every record: no Python object per queued record
+            "on_delivery": self._on_delivery,
             # librdkafka would print every failed reconnect to stderr; errors reach error_cb,
             # which logs them rate-limited instead
             "log_level": 2,
@@ -164,9 +199,10 @@ class RecordProducer:
         """Queue one record; O(1), never blocks, never raises.
 
         ``value`` is the record as a mapping, or a zero-argument callable that builds it on
-        the delivery thread (returning ``None`` skips it). Returns ``False`` when the record
-        could not be queued (closed, forked child); when the queue is full the *oldest*
-        records are evicted and counted so the newest survive.
+        the delivery thread (returning ``None`` skips it; a list sends each record in it).
+        ``size_bytes`` is a hint of its encoded size. Returns ``False`` when the record could
+        not be queued (closed, forked child); when the hand-over queue is full the *oldest*
+        items are evicted and counted so the newest survive.
         """
         if self._dead or self._pid != os.getpid():
             return False
@@ -174,7 +210,7 @@ class RecordProducer:
             with self._lock:
                 self._queue.append((topic, key, record, value, size_bytes))
                 self._queued_bytes += size_bytes
-                while len(self._queue) > self.max_records or (
+                while len(self._queue) > self.max_pending or (
                     self._queued_bytes > self.max_bytes and len(self._queue) > 1
                 ):
                     old = self._queue.popleft()
@@ -225,37 +261,70 @@ class RecordProducer:
                 built = value() if callable(value) else value
                 if built is None:
                     continue
-                if self.tap is not None:
-                    self.tap(record, built)
-                data = self._codec.encode(record, built)
+                many: Sequence[Mapping[str, Any]] = (
+                    built if isinstance(built, list | tuple) else (built,)
+                )
             except Exception as exc:
-                self.errors += 1
-                self.dropped_records += 1
-                self.dropped_bytes += size
-                self._log_rate_limited(f"could not build/encode a {record} record: {exc!r}")
+                self._count_failed(record, size, exc)
                 continue
-            try:
-                self._producer.produce(topic, data, key, on_delivery=self._on_delivery)
-            except BufferError:
-                self.dropped_records += 1
-                self.dropped_bytes += len(data)
-                self._log_rate_limited("producer buffer full (broker slow or away); dropping")
-            except Exception as exc:
-                self.errors += 1
-                self.dropped_records += 1
-                self.dropped_bytes += len(data)
-                self._log_rate_limited(f"produce to {topic} failed: {exc!r}")
+            for one in many:
+                try:
+                    if self.tap is not None:
+                        self.tap(record, one)
+                    data = self._codec.encode(record, one)
+                except Exception as exc:
+                    self._count_failed(record, size // max(len(many), 1), exc)
+                    continue
+                self._produce(topic, key, data)
+
+    def _count_failed(self, record: str, size: int, exc: Exception) -> None:
+        self.errors += 1
+        self.dropped_records += 1
+        self.dropped_bytes += size
+        self._log_rate_limited(f"could not build/encode a {record} record: {exc!r}")
+
+    def _produce(self, topic: str, key: bytes, data: bytes) -> None:
+        if len(data) + len(key) > self.max_message_bytes:
+            self.dropped_records += 1
+            self.dropped_bytes += len(data)
+            self._log_rate_limited(
+                f"a {len(data)}-byte record for {topic} is over max_message_bytes "
+                f"{self.max_message_bytes}; dropping"
+            )
+            return
+        try:
+            self._producer.produce(topic, data, key)
+        except BufferError:
+            self.dropped_records += 1
+            self.dropped_bytes += len(data)
+            self._log_rate_limited("producer buffer full (broker slow or away); dropping")
+        except Exception as exc:
+            self.errors += 1
+            self.dropped_records += 1
+            self.dropped_bytes += len(data)
+            self._log_rate_limited(f"produce to {topic} failed: {exc!r}")
 
     def _on_delivery(self, err: Any, msg: Any) -> None:
         if err is None:
             self.delivered += 1
+            self.unreachable = False
             return
         self.dropped_records += 1
         with contextlib.suppress(Exception):
             self.dropped_bytes += len(msg.value() or b"")
-        self._log_rate_limited(f"record not delivered: {err}")
+        if not self._dead:
+            self._log_rate_limited(f"record not delivered: {err}")
 
     def _on_client_error(self, err: Any) -> None:
+        with contextlib.suppress(Exception):
+            from confluent_kafka import KafkaError
+
+            if err.code() in (
+                KafkaError._ALL_BROKERS_DOWN,
+                KafkaError._TRANSPORT,
+                KafkaError._RESOLVE,
+            ):
+                self.unreachable = True
         self._log_rate_limited(f"kafka client: {err}")
 
     def _log_rate_limited(self, message: str) -> None:
@@ -268,31 +337,51 @@ class RecordProducer:
 
     # -- lifecycle --------------------------------------------------------------------------
     def flush(self, timeout_s: float = 5.0) -> int:
-        """Wait up to ``timeout_s`` for queued records to be delivered; returns how many remain."""
+        """Wait up to ``timeout_s`` for queued records to be delivered (at most
+        ``unreachable_flush_s`` while the broker is known unreachable); returns how many
+        remain."""
         if self._dead or self._pid != os.getpid():
             return 0
-        deadline = time.monotonic() + timeout_s
-        while self._queue and time.monotonic() < deadline:
+        t0 = time.monotonic()
+
+        def deadline() -> float:
+            return t0 + (
+                min(timeout_s, self.unreachable_flush_s) if self.unreachable else timeout_s
+            )
+
+        while self._queue and time.monotonic() < deadline():
             self._wake.set()
             time.sleep(0.01)
         try:
-            return int(self._producer.flush(max(0.0, deadline - time.monotonic())))
+            while True:
+                left = int(self._producer.flush(min(0.05, max(0.0, deadline() - time.monotonic()))))
+                if not left or time.monotonic() >= deadline():
+                    return left + len(self._queue)
         except Exception:
             return self.queue_depth
 
     def close(self, timeout_s: float = 5.0) -> None:
-        """Flush for at most ``timeout_s``, stop the delivery thread; what is left is dropped
-        and counted. Safe to call twice."""
+        """Flush for at most ``timeout_s`` (``unreachable_flush_s`` while the broker is known
+        unreachable), stop the delivery thread; what is left is purged, dropped and
+        counted. Safe to call twice."""
         if self._dead or self._pid != os.getpid():
             return
         left = self.flush(timeout_s)
         self._stop.set()
         self._wake.set()
         self._thread.join(timeout=1.0)
-        if left:
-            self.dropped_records += left
-            log.warning("argus collectors: %d records not delivered at close", left)
+        with self._lock:
+            queued, self._queue = len(self._queue), deque()
+            self.dropped_records += queued
+            self._queued_bytes = 0
         self._dead = True
+        try:  # what librdkafka still holds comes back through _on_delivery, counted
+            self._producer.purge(in_queue=True, in_flight=True, blocking=False)
+            self._producer.poll(0)
+        except Exception:
+            self.errors += 1
+        if left:
+            log.warning("argus collectors: %d records not delivered at close", left)
 
     def _forked(self) -> None:
         # In a forked child: forget the parent's state without touching its locks.

@@ -24,7 +24,8 @@ from argus.collectors.topology import Topology, topology_records
 from argus.config import Settings
 from argus.routing import Routing
 from argus.schemas import pack
-from argus.topics import topic_name
+from argus.schemas.kernel_parts import split_batch
+from argus.topics import MAX_MESSAGE_BYTES, topic_name
 
 __all__ = ["Collector"]
 
@@ -37,6 +38,7 @@ _wall = time.time_ns
 STEP_RECORD_BYTES = 256  # size hint per step record + per phase below
 PHASE_BYTES = 48
 KERNEL_BATCH_BYTES = 256 * 1024  # size hint of a kernel window before it is parsed
+MESSAGE_SLACK_BYTES = 512  # librdkafka's per-message overhead under message.max.bytes, and more
 
 
 def _pipeline_group_ids(settings: Settings, coords: dict[str, int]) -> dict[str, str]:
@@ -343,13 +345,15 @@ class Collector:
 
     def _kernel_record(
         self, build: Callable[[], KernelColumns | None], window_id: int, start_ns: int, end_ns: int
-    ) -> dict[str, Any] | None:
+    ) -> list[dict[str, Any]] | None:
+        """The window's ``kernel_batch``, split into parts that fit one Kafka message
+        (:func:`argus.schemas.kernel_parts.split_batch`; delivery thread)."""
         cols = build()
         if cols is None:
             return None
         per_event = float(getattr(self.kernel_source, "cost_per_event_ns", 0.0))
         self._kernel_oh_pending_ns += int(per_event * len(cols))
-        return {
+        rec = {
             "job": self.job,
             "rank": self.topo.rank,
             "window_id": window_id,
@@ -366,6 +370,7 @@ class Collector:
             "streams": cols.streams,
             "dropped": int(cols.dropped),
         }
+        return split_batch(rec, MAX_MESSAGE_BYTES - MESSAGE_SLACK_BYTES - len(self.key))
 
     # -- budget and control ------------------------------------------------------------------------
     def _apply_level(self, level: int, ratio: float) -> None:
@@ -444,7 +449,9 @@ class Collector:
             if self._resolver is not None:
                 self._resolver.close()
             if self._follower is not None:
-                self._follower.close()
+                # a daemon thread: not waited for past a moment (with the broker away it
+                # sits in a metadata request of up to 5 s, and the job is exiting)
+                self._follower.close(timeout_s=0.25)
         except Exception:
             self.errors += 1
         self._closed = True

@@ -92,6 +92,8 @@ class EngineResult:
     anomalies: list[dict[str, Any]]
     alerts: list[dict[str, Any]] = field(default_factory=list)
     windows: list[tuple[int, int, Any]] = field(default_factory=list)
+    #: records not used, with their reasons (late items; kernel windows missing parts)
+    rejected: list[str] = field(default_factory=list)
 
     @property
     def ids(self) -> set[str]:
@@ -234,11 +236,16 @@ def run_engine(
     what they find (a test of the persisted state, as a crashed worker restores it).
 
     Kernel batches are compressed as the live compressor does
-    (:func:`~argus.summaries.summary_record.summarize_batch`); summaries are used as they are.
+    (:func:`~argus.summaries.summary_record.summarize_batch`), the parts of a split window
+    merged first (:func:`argus.schemas.kernel_parts.assemble`; a window missing parts is
+    listed in ``rejected``, as the compressor sends it to the DLQ); summaries are used as
+    they are.
     ``funnel=False`` stops at the L1-L3 findings.
     """
     ctx = _MemoryCtx(detectors or DetectorsConfig(), pcfg or PipelineConfig())
-    summaries = [batch_summaries(b) for b in kernel_batches] + [dict(s) for s in kernel_summaries]
+    whole, incomplete = _whole_windows(kernel_batches)
+    ctx.rejected.extend(str(w.error()) for w in incomplete)
+    summaries = [batch_summaries(b) for b in whole] + [dict(s) for s in kernel_summaries]
     eng = _Engine(ctx, funnel=funnel)
 
     async def go() -> None:
@@ -249,7 +256,20 @@ def run_engine(
         await eng.finish()
 
     asyncio.run(go())
-    return EngineResult(ctx.anomalies, ctx.alerts, eng.windows)
+    return EngineResult(ctx.anomalies, ctx.alerts, eng.windows, ctx.rejected)
+
+
+def _whole_windows(
+    batches: Iterable[Mapping[str, Any]],
+) -> tuple[list[Mapping[str, Any]], list[Any]]:
+    """The kernel windows of ``batches``, split ones merged; and those missing parts."""
+    from argus.errors import DetectorInputError
+    from argus.schemas.kernel_parts import PartError, assemble
+
+    try:
+        return assemble(batches)
+    except PartError as exc:
+        raise DetectorInputError(str(exc)) from exc
 
 
 def batch_summaries(rec: Mapping[str, Any], kde_config: Any = None) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -159,3 +160,95 @@ def test_background_threads_run_below_the_training_thread() -> None:
         assert os.getpriority(os.PRIO_PROCESS, 0) == main
     finally:
         p.close(0.1)
+
+
+def _held_objects() -> int:
+    import gc
+
+    gc.collect()
+    return len(gc.get_objects())
+
+
+def test_backlog_is_encoded_bytes_not_python_objects() -> None:
+    """Broker away (issue 19): the backlog is encoded records in librdkafka's queue, bounded
+    in bytes; it holds no Python object per record, so no garbage collection on the
+    training thread grows with it (a bound method per queued record, 10,000 of them, made
+    full collections stall the training thread 180-280 ms)."""
+    p = RecordProducer(
+        {"bootstrap.servers": f"127.0.0.1:{closed_port()}"},
+        max_records=100_000,
+        max_bytes=1 << 20,  # the byte bound binds: ~1 MiB of ~1.1 KB records
+        drain_interval_s=0.05,
+    )
+    try:
+        before = _held_objects()
+        n = 5000
+        rec: dict[str, Any] = {**DLQ, "value": b"x" * 1000}
+        for i in range(n):
+            p.submit("argus.dlq", b"k", "dlq_record", {**rec, "failed_ns": i}, 1100)
+            if i % 500 == 0:
+                time.sleep(0.06)  # let the delivery thread drain, as steps would
+        deadline = time.monotonic() + 10
+        while p._queue and time.monotonic() < deadline:
+            time.sleep(0.02)
+        backlog = len(p._producer)
+        assert not p._queue and 0 < backlog < n, backlog
+        assert backlog * 1000 <= 1 << 20  # librdkafka's byte bound (> 1,000 bytes a record)
+        assert p.dropped_records == n - backlog and p.dropped_bytes > 0  # the rest: counted
+        held = _held_objects() - before
+        assert held < 200, f"{held} Python objects held for {backlog} queued records"
+    finally:
+        p.close(timeout_s=0.2)
+    assert p.dropped_records == n  # purged at close, counted
+
+
+def test_close_is_bounded_when_the_broker_is_unreachable() -> None:
+    """Exit within 1 s with an unreachable bootstrap (issue 19: the shutdown flush waited
+    its full 5 s); every record not delivered is counted."""
+    p = RecordProducer({"bootstrap.servers": f"127.0.0.1:{closed_port()}"}, drain_interval_s=0.05)
+    for i in range(200):
+        p.submit("argus.dlq", b"k", "dlq_record", {**DLQ, "failed_ns": i}, 150)
+    time.sleep(0.5)  # a connection attempt has failed by now
+    t0 = time.monotonic()
+    p.close(timeout_s=5.0)
+    took = time.monotonic() - t0
+    assert took < 1.0, f"close took {took:.2f} s"
+    assert p.dropped_records == 200 and p.delivered == 0
+
+
+def test_oversized_record_is_dropped_and_counted() -> None:
+    p = RecordProducer(
+        {"bootstrap.servers": f"127.0.0.1:{closed_port()}"},
+        max_message_bytes=2000,
+        drain_interval_s=0.02,
+    )
+    try:
+        p.submit("argus.dlq", b"k", "dlq_record", {**DLQ, "value": b"x" * 5000}, 5000)
+        p.submit("argus.dlq", b"k", "dlq_record", lambda: [DLQ, {**DLQ, "failed_ns": 2}], 300)
+        deadline = time.monotonic() + 5
+        while (p._queue or len(p._producer) < 2) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert p.dropped_records == 1 and p.dropped_bytes > 5000 and p.errors == 0
+        assert len(p._producer) == 2  # a thunk's list: each record sent on its own
+    finally:
+        p.close(timeout_s=0.2)
+
+
+def test_collector_shutdown_is_bounded_when_the_broker_is_unreachable(
+    offline: Settings,
+) -> None:
+    """``shutdown()`` of a whole collector (control follower included) returns within 1 s with
+    an unreachable bootstrap, every record counted: the step records and the topology's."""
+    import argus.collectors as ac
+
+    col = ac.start(job="exit-test", settings=offline, kernels=False, stacks=False)
+    for i in range(50):
+        with ac.step(i):
+            time.sleep(0.001)
+    time.sleep(1.5)  # a connection attempt has failed by now
+    t0 = time.monotonic()
+    ac.shutdown()
+    took = time.monotonic() - t0
+    assert took < 1.0, f"shutdown took {took:.2f} s"
+    p = col.producer
+    assert p.delivered == 0 and p.dropped_records == col.steps_emitted + 2 == 52

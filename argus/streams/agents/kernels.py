@@ -1,8 +1,11 @@
 """Faust agents of the kernel roles: the compressor, and L3's router and window agent.
 
-* **compressor**: ``argus.raw.kernels`` -> ``argus.summary.kernels``, one summary per batch
-  (:func:`argus.summaries.summary_record.summarize_batch`), same key (``job/rank``). Kernel names
-  travel as 32-bit ids; each rank's names are announced once, and again every
+* **compressor**: ``argus.raw.kernels`` -> ``argus.summary.kernels``, one summary per window
+  (:func:`argus.summaries.summary_record.summarize_batch`), same key (``job/rank``). A window
+  split into parts (``part``/``parts``, :mod:`argus.schemas.kernel_parts`) is merged first
+  (:class:`~argus.schemas.kernel_parts.PartAssembler`); a window whose parts stop coming (the
+  rank's next window arrives first) sends the parts it has to the DLQ, ``incomplete-batch``.
+  Kernel names travel as 32-bit ids; each rank's names are announced once, and again every
   ``_REANNOUNCE`` windows so a consumer that starts late learns them. One window in
   ``fidelity_every`` is also kept raw for the live fidelity check
   (:func:`argus.streams.fidelity.check_batches`), whose Spearman figure is a metric.
@@ -23,6 +26,7 @@ import faust
 
 from argus.kafka.admin import partition_count
 from argus.routing import Routing
+from argus.schemas.kernel_parts import PartAssembler
 from argus.streams import metrics
 from argus.streams.app import (
     Ctx,
@@ -50,6 +54,7 @@ def register_compressor(ctx: Ctx) -> None:
     since: dict[str, int] = defaultdict(int)
     sample: dict[tuple[str, int], dict[str, Any]] = {}  # (job, window) -> batches/summaries
     checked: OrderedDict[tuple[str, int], None] = OrderedDict()  # windows already judged
+    parts = PartAssembler()  # split windows' parts until the last one arrives
 
     async def fidelity(now: float, force: bool = False) -> None:
         for key in list(sample):
@@ -93,8 +98,19 @@ def register_compressor(ctx: Ctx) -> None:
             async def handle(event: faust.EventT = event) -> None:
                 raw = event.message.value or b""
                 try:
-                    batch = ctx.codec.decode_as("kernel_batch", raw)
-                    checker(ctx).kernel_batch(batch, broker_s=event.message.timestamp)
+                    piece = ctx.codec.decode_as("kernel_batch", raw)
+                    checker(ctx).kernel_batch(piece, broker_s=event.message.timestamp)
+                    whole, given_up = parts.add(piece, event)
+                except Exception as exc:
+                    await ctx.dlq(event, exc, "compressor")
+                    return
+                for gone in given_up:
+                    for ev in gone.tokens:
+                        await ctx.dlq(ev, gone.error(), "compressor")
+                if whole is None:  # more parts of this window to come
+                    return
+                batch = whole
+                try:
                     who = f"{batch['job']}/{batch['rank']}"
                     since[who] += 1
                     if since[who] >= _REANNOUNCE:
@@ -113,7 +129,8 @@ def register_compressor(ctx: Ctx) -> None:
                 part = await same_partition(event.message.partition)
                 await ctx.send(ctx.external("summary.kernels"), who.encode(), data, partition=part)
                 metrics.RECORDS_OUT.labels("compressor", "summary.kernels").inc()
-                metrics.COMPRESSION.labels(batch["job"]).set(len(raw) / max(len(data), 1))
+                raw_bytes = len(raw) * int(piece.get("parts", 1))  # ~: parts are near one size
+                metrics.COMPRESSION.labels(batch["job"]).set(raw_bytes / max(len(data), 1))
                 w = int(batch["window_id"])
                 if w % ctx.pcfg.fidelity_every == 0 and (batch["job"], w) not in checked:
                     s = sample.setdefault(

@@ -1,0 +1,186 @@
+"""Broker away: the training thread's worst step with collectors on vs its p99 with them off.
+
+    .venv/bin/python bench/bench_broker_away.py --steps 6000 --rounds 2
+
+Method (issue 19): one bench run alternates child processes ``off, away, off, away, ...``
+(``--rounds`` pairs), each a CPU training loop of ``--steps`` steps on a small torch MLP
+(~3-5 ms a step on the 2-core VM) with a Python heap of ``--heap`` live objects beside torch's
+(a job's own state: datasets, configs, caches; a full garbage collection walks all of them).
+
+* ``off``: no collectors (``argus.collectors`` imported, never started);
+* ``away``: ``argus.collectors.start`` with every channel the CPU host has (phases via the
+  model and optimizer hooks, CPU-op kernel windows every 50 steps, control, topology) and
+  the broker a closed loopback port: every record is queued, then dropped and counted.
+
+Per child: every step's wall time (``perf_counter_ns`` around the step, ms), every garbage
+collection of generation 2 (``gc.callbacks``, ms), the collector's drop counters, and the
+time from ``shutdown()``'s call to the process's exit as the parent sees it (``exit_s``:
+the child prints a mark just before ``shutdown()``; the parent times from reading it to
+``wait()`` returning). Reported per pair: ``worst away step / p99 off step`` (the bar: < 2,
+kernel-window steps included and also shown without them), gen-2 collections and their
+longest, and ``exit_s`` (the bar: < 1 s). Both sides run in the same bench run, alternately,
+so a neighbour's load on the shared machine touches both. Figures: BENCHMARKS.md (issue 19).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def child(mode: str, steps: int, heap: int, port: int) -> None:
+    """One training loop; prints one JSON line of results (and ``EXIT`` before shutdown)."""
+    import torch
+    from torch import nn
+
+    import argus.collectors as ac
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 256))
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    x = torch.randn(64, 256)
+    # the job's own Python state: small containers that live for the whole run
+    state = [{"i": i, "tags": [i, str(i)]} for i in range(heap)]
+    gen2: list[float] = []
+    t_gc = [0]
+
+    def on_gc(phase: str, info: dict[str, Any]) -> None:
+        if info.get("generation") != 2:
+            return
+        if phase == "start":
+            t_gc[0] = time.perf_counter_ns()
+        else:
+            gen2.append((time.perf_counter_ns() - t_gc[0]) / 1e6)
+
+    col = None
+    if mode == "away":
+        col = ac.start(
+            job="bench-away",
+            model=model,
+            optimizer=opt,
+            kafka_config={"bootstrap.servers": f"127.0.0.1:{port}"},
+            kernels_backend="cpu_ops",
+            stacks=False,
+        )
+    gc.collect()
+    gc.callbacks.append(on_gc)
+    times: list[float] = []
+    window_steps: list[int] = []
+    for i in range(steps):
+        t0 = time.perf_counter_ns()
+        with ac.step(i):
+            opt.zero_grad()
+            loss = model(x).square().mean()
+            loss.backward()
+            opt.step()
+        times.append((time.perf_counter_ns() - t0) / 1e6)
+        if col is not None and i % col.period == 0:
+            window_steps.append(i)
+    gc.callbacks.remove(on_gc)
+    out: dict[str, Any] = {
+        "mode": mode,
+        "steps_ms": times,
+        "gen2_ms": gen2,
+        "windows": window_steps,
+    }
+    if col is not None:
+        p = col.producer
+        out.update(dropped=p.dropped_records, queue_depth=p.queue_depth, errors=p.errors)
+    del state
+    print(json.dumps(out), flush=True)
+    print("EXIT", flush=True)
+    t_stop = time.monotonic()
+    ac.shutdown()
+    print(f"SHUTDOWN {time.monotonic() - t_stop:.3f}", flush=True)
+
+
+def _pct(vals: list[float], q: float) -> float:
+    s = sorted(vals)
+    return s[min(len(s) - 1, int(q * (len(s) - 1) + 0.5))]
+
+
+def run_child(mode: str, steps: int, heap: int) -> dict[str, Any]:
+    cmd = [sys.executable, __file__, "--child", mode, "--steps", str(steps), "--heap", str(heap)]
+    cmd += ["--port", str(_closed_port())]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    assert proc.stdout is not None
+    res: dict[str, Any] = {}
+    t_exit = time.monotonic()
+    for line in proc.stdout:
+        if line.startswith("{"):
+            res = json.loads(line)
+        elif line.startswith("EXIT"):
+            t_exit = time.monotonic()
+        elif line.startswith("SHUTDOWN"):
+            res["shutdown_s"] = float(line.split()[1])
+    proc.wait()
+    res["exit_s"] = time.monotonic() - t_exit
+    res["rc"] = proc.returncode
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--steps", type=int, default=6000)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--heap", type=int, default=300_000, help="live objects of the job's own")
+    ap.add_argument("--child", choices=("off", "away"))
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--json", type=Path, help="write all results here")
+    a = ap.parse_args()
+    if a.child:
+        child(a.child, a.steps, a.heap, a.port)
+        return
+    rows = []
+    for r in range(a.rounds):
+        off = run_child("off", a.steps, a.heap)
+        away = run_child("away", a.steps, a.heap)
+        p99 = _pct(off["steps_ms"], 0.99)
+        win: set[int] = set()
+        for w in away.get("windows", []):
+            win.update((w, w + 1))
+        plain = [t for i, t in enumerate(away["steps_ms"]) if i not in win]
+        row = {
+            "round": r,
+            "off_p50_ms": _pct(off["steps_ms"], 0.5),
+            "off_p99_ms": p99,
+            "off_worst_ms": max(off["steps_ms"]),
+            "away_p99_ms": _pct(away["steps_ms"], 0.99),
+            "away_worst_ms": max(away["steps_ms"]),
+            "away_worst_no_window_ms": max(plain),
+            "ratio": max(away["steps_ms"]) / p99,
+            "ratio_no_window": max(plain) / p99,
+            "off_gen2": [len(off["gen2_ms"]), max(off["gen2_ms"], default=0.0)],
+            "away_gen2": [len(away["gen2_ms"]), max(away["gen2_ms"], default=0.0)],
+            "dropped": away.get("dropped"),
+            "away_shutdown_s": away.get("shutdown_s"),
+            "away_exit_s": away["exit_s"],
+            "off_exit_s": off["exit_s"],
+            "rc": [off["rc"], away["rc"]],
+        }
+        rows.append(row)
+        print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}))
+    if a.json:
+        a.json.write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
