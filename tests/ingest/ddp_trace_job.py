@@ -1,7 +1,7 @@
 """A CPU DDP job over gloo that writes real torch.profiler (Kineto) traces, one per rank.
 
 ``python tests/ingest/ddp_trace_job.py OUT WORLD SLOW_RANK [STEPS] [PORT]``: a tiny MLP,
-randomly initialised; rank SLOW_RANK sleeps 15 ms inside its model's forward (under DDP's
+randomly initialised; rank SLOW_RANK sleeps 30 ms inside its model's forward (under DDP's
 ``DistributedDataParallel.forward`` annotation), so every other rank waits in the gradient
 all-reduce. ``tensorboard_trace_handler`` writes the traces (``distributedInfo`` included).
 """
@@ -28,7 +28,7 @@ class Tiny(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.slow:
-            time.sleep(0.015)
+            time.sleep(0.03)
         return self.net(x)
 
 
