@@ -118,13 +118,15 @@ def ingest(
 
         res = run_ingest(path, opts, on_file=on_file, workers=workers)
     t_read = time.monotonic() - t0
+    from argus.report import _ranges
+
     for s in res.skipped:
         click.secho(f"skipped {s}", fg="red", err=True)
     for w in res.warnings:
         click.secho(f"warning: {w}", fg="yellow", err=True)
     click.echo(
         f"read {len(res.traces)} of {res.files} trace files ({res.n_events:,} events, "
-        f"{t_read:.1f} s): job {res.job}, world {res.world}, ranks {_ranges(res.ranks)}, "
+        f"{t_read:.1f} s): job {res.job}, world {res.world}, ranks {_ranges(res.ranks)}; "
         f"kernels from {'/'.join(res.kernel_sources)}"
     )
     if out_dir:
@@ -194,16 +196,3 @@ def _fits_a_message(records: Iterator[tuple[str, str, dict[str, Any]]]) -> Itera
                     "use --out DIR (argus diagnose reads any size) or --no-kernels"
                 )
         yield item
-
-
-def _ranges(ranks: list[int]) -> str:
-    """``[0, 1, 2, 5]`` -> ``"0-2,5"``."""
-    out: list[str] = []
-    i = 0
-    while i < len(ranks):
-        j = i
-        while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
-            j += 1
-        out.append(str(ranks[i]) if i == j else f"{ranks[i]}-{ranks[j]}")
-        i = j + 1
-    return ",".join(out)

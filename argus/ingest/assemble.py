@@ -28,6 +28,7 @@ import numpy as np
 
 from argus.errors import ArgusError
 from argus.ingest.kineto import RankTrace, StepSpan, TraceError, group_by_step, read_kineto
+from argus.sim.simulate import _collector  # the simulator's step-record collector stats
 
 __all__ = [
     "RANK_FROM",
@@ -219,15 +220,7 @@ class IngestResult:
                 }
                 for p in sorted(tr.phases.get(sp.step, []), key=lambda p: (p.start_ns, p.name))
             ],
-            "collector": {
-                "overhead_ns": 0,
-                "dropped_records": 0,
-                "dropped_bytes": 0,
-                "errors": 0,
-                "queue_depth": 0,
-                "backed_off": False,
-                "kernels": kernels,
-            },
+            "collector": _collector(kernels),
         }
 
     def _batch(self, tr: RankTrace, sp: StepSpan, sl: slice) -> dict[str, Any]:
