@@ -220,7 +220,10 @@ class _L2Steps:
             self.cache.setdefault(whole[0], {})[step] = whole[1]
 
     def run(self, key: str, job: str, h: BlockHistory) -> list[Finding]:
-        h["recent"].sort(key=_first)  # tuples, or lists after a restore (JSON)
+        # one entry per step, in step order: a restart may close a step again (the history
+        # table's changelog can be ahead of the window state's), and rows are tuples when
+        # made, lists once restored (JSON)
+        h["recent"] = sorted({r[0]: r for r in h["recent"]}.values(), key=_first)
         cache = self.cache.setdefault(key, {})
         self.cache.move_to_end(key)
         while len(self.cache) > _CACHED_KEYS:
