@@ -45,7 +45,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -65,6 +65,9 @@ class GroupwideConfig:
     min_abs_ms: float = 1.0
     min_step_share: float = 0.002  # excess per step over the median iteration time
     min_groups: int = 4  # reference groups a comparison needs
+    group_ratio: float = 2.0  # one group alone (a link): MoE all-to-alls vary 1.2-1.5x
+    group_z: float = 8.0
+    stage_ratio: float = 1.4  # a stage's groups against the other stages' (design: <= 1.3x)
     min_steps: int = 3
     gpus_per_host: int = 8
 
@@ -129,7 +132,7 @@ def group_stats(windows: Sequence[GroupWindow]) -> tuple[np.ndarray, list[GroupS
             ok = np.isfinite(x).any(axis=0)
             t = np.full(len(steps), np.nan)
             if ok.any():
-                red = np.nanmin if sk == "comm" else np.nanmedian
+                red = np.nanmin if sk == "comm" else _nanmedian
                 t[idx[ok]] = red(x[:, ok], axis=0)
             stats.append(
                 GroupStat(
@@ -154,6 +157,11 @@ class _Verdict:
     excess_ns: float
 
 
+def _nanmedian(a: np.ndarray, axis: int | None = None) -> np.ndarray:
+    """``np.nanmedian`` without its slow masked path when ``a`` holds no NaN."""
+    return np.median(a, axis=axis) if not np.isnan(a).any() else np.nanmedian(a, axis=axis)
+
+
 def _slow(
     ts: Sequence[np.ndarray], ref: Sequence[np.ndarray], iter_ns: float, cfg: GroupwideConfig
 ) -> _Verdict:
@@ -164,7 +172,7 @@ def _slow(
     u = np.vstack(ref)
     t = np.vstack(ts)
     with np.errstate(all="ignore"):
-        r = np.nanmedian(u, axis=0)
+        r = _nanmedian(u, axis=0)
     col = np.isfinite(r) & (r > 0) & (np.isfinite(u).sum(0) >= 2)
     ok = np.isfinite(t) & (t > 0) & col
     if ok.sum() < cfg.min_steps * len(ts) or (ok.sum(axis=1) == 0).any():
@@ -173,8 +181,8 @@ def _slow(
     lg = np.log(t[ok] / rr[ok])
     with np.errstate(all="ignore"):
         lu = np.log(u[:, col] / r[col])
-        sig_s = 1.4826 * np.nanmedian(np.abs(lu - np.nanmedian(lu, axis=0)), axis=0)
-    sigma = max(float(np.nanmedian(sig_s)) if np.isfinite(sig_s).any() else 0.0, cfg.min_sigma)
+        sig_s = 1.4826 * _nanmedian(np.abs(lu - _nanmedian(lu, axis=0)), axis=0)
+    sigma = max(float(_nanmedian(sig_s)) if np.isfinite(sig_s).any() else 0.0, cfg.min_sigma)
     score = float(np.median(lg))
     z = score / (1.2533 * sigma / math.sqrt(lg.size))
     excess = float(np.median(t[ok] - rr[ok]))
@@ -250,13 +258,14 @@ def detect(
         for h in sorted(named)
     ]
     # --- groups: slow against the rest of their class, not explained by a named host -------
+    gcfg = replace(cfg, min_ratio=cfg.group_ratio, z=cfg.group_z)
     for members in classes.values():
         if len(members) - 1 < cfg.min_groups:
             continue
         for g in members:
             if hosts_in[id(g)] & named:
                 continue
-            v = _slow([g.t_ns], [u.t_ns for u in members if u is not g], iter_ns, cfg)
+            v = _slow([g.t_ns], [u.t_ns for u in members if u is not g], iter_ns, gcfg)
             if v.slow:
                 out.append(
                     _finding(
@@ -272,7 +281,55 @@ def detect(
                         host,
                     )
                 )
+    out += _stages(job, stats, hosts_in, named, start_ns, end_ns, steps, iter_ns, cfg, host)
     out.sort(key=lambda f: (f.group_kind, f.group_id, f.phase or ""))
+    return out
+
+
+def _stages(
+    job: str,
+    stats: Sequence[GroupStat],
+    hosts_in: Mapping[int, set[str]],
+    named: set[str],
+    start_ns: int,
+    end_ns: int,
+    steps: np.ndarray,
+    iter_ns: float,
+    cfg: GroupwideConfig,
+    host: Callable[[int], str],
+) -> list[Finding]:
+    """One pipeline stage's inter-host groups of a kind, all slow against the other stages'.
+
+    Where no host can be singled out (tp 8: a node's DP groups are all of its stage's, and
+    the pipeline's p2p receive waits hide the slower transfer), a slow NIC still makes its
+    stage's DP collectives slower than every other stage's. Named as group kind ``kind``,
+    id ``pp<stage>`` (its members: every rank of those groups, on the stage's hosts) when
+    pooled against the other stages' groups it reaches ``stage_ratio`` (stages are uneven
+    by design, up to +25 %) and no named host explains it; one finding per (kind, stage),
+    the slowest phase giving the score.
+    """
+    scfg = replace(cfg, min_ratio=cfg.stage_ratio)
+    across: dict[tuple[str, str, int], list[GroupStat]] = {}
+    for g in stats:
+        if g.stage is not None and len(hosts_in[id(g)]) > 1:
+            across.setdefault((g.group_kind, g.phase, len(g.members)), []).append(g)
+    best: dict[tuple[str, int], list[tuple[GroupStat, _Verdict]]] = {}
+    for (kind, _phase, _n), members in across.items():
+        stages = sorted({g.stage for g in members if g.stage is not None})
+        if len(stages) < 3:
+            continue
+        for st in stages:
+            mine = [g for g in members if g.stage == st]
+            rest = [g for g in members if g.stage != st]
+            if len(rest) < cfg.min_groups or any(hosts_in[id(g)] & named for g in mine):
+                continue
+            v = _slow([g.t_ns for g in mine], [u.t_ns for u in rest], iter_ns, scfg)
+            if v.slow:
+                best.setdefault((kind, st), []).extend((g, v) for g in mine)
+    out = []
+    for (kind, st), ev in sorted(best.items()):
+        f = _finding(job, kind, f"pp{st}", ev, start_ns, end_ns, steps, iter_ns, cfg, host)
+        out.append(replace(f, phase=None, evidence={**f.evidence, "role": "transfer"}))
     return out
 
 

@@ -51,13 +51,15 @@ def job(
     checkpoint: int | None = None,
     straggler: int | None = None,
     slow_group: tuple[str, str, float] | None = None,
+    p2p_nic: bool = True,
 ) -> list[GroupWindow]:
     """One window of every group of ``lay`` for ``ops``.
 
     ``uneven``: stage 0 +15 %, last stage +25 % in compute *and* collectives (by design);
     ``hiccups``: steps where every DP collective is 2x (congestion); ``checkpoint``: a step
     8x for everyone; ``straggler``: its model replica arrives 60 ms late everywhere;
-    ``slow_group=(kind, id, factor)``: one group's transfer slower (a link).
+    ``slow_group=(kind, id, factor)``: one group's transfer slower (a link); ``p2p_nic``:
+    the slow host's p2p transfers slower too (else its pipeline's waits hide it).
     """
     rng = np.random.default_rng(seed)
     n = lay.world_size
@@ -92,17 +94,8 @@ def job(
                 if sk == "comm":
                     d[:, s, 0] = (arrive.max() - arrive) + t * noise
                 else:  # p2p receive waits: bubbles plus the transfer through both NICs
-                    f = np.array(
-                        [
-                            nic
-                            if (slow_host is not None
-                            and _host(r) != slow_host
-                            and slow_host in hosts)
-                            or _host(r) == slow_host
-                            else 1.0
-                            for r in members
-                        ]
-                    )
+                    on_path = p2p_nic and slow_host in hosts
+                    f = np.where(on_path, nic, 1.0) * np.ones(len(members))
                     d[:, s, 0] = arrive + t * f * noise
             out.append(
                 GroupWindow(
@@ -152,6 +145,14 @@ def test_slow_nic_names_its_host_moe_layout() -> None:
     assert _named(fs) == [("host", "h9")]
 
 
+def test_a_nic_its_pipeline_hides_names_its_stage() -> None:
+    # only the DP collectives show it (p2p receive waits hide the slower transfer): all of
+    # stage 1's DP groups are 1.6x the other stages' (the last stage's +25 % by design is not)
+    fs = groupwide.detect(job(DENSE, slow_host="h20", seed=5, p2p_nic=False), _hosts(DENSE))
+    assert _named(fs) == [("dp", "pp1")]
+    assert fs[0].phase is None and len(eval(fs[0].evidence["members"])) == 128
+
+
 def test_hosts_default_to_8_gpus_a_node() -> None:
     fs = groupwide.detect(job(DENSE, slow_host="h20", seed=2))
     assert _named(fs) == [("host", "node20")]
@@ -177,7 +178,7 @@ def test_healthy_uneven_stages_name_nothing(cv: float, extra: dict) -> None:
 
 def test_slow_link_names_its_group_not_a_host() -> None:
     fs = groupwide.detect(
-        job(MOE, MOE_OPS, slow_group=("edp", "pp2.tp1.ep5", 1.8), seed=3), _hosts(MOE)
+        job(MOE, MOE_OPS, slow_group=("edp", "pp2.tp1.ep5", 3.0), seed=3), _hosts(MOE)
     )
     assert _named(fs) == [("edp", "pp2.tp1.ep5")]
     assert fs[0].phase == "expert_grad_sync"
