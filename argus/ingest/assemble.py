@@ -479,7 +479,8 @@ def ingest(
     missing = world - len(res.ranks)
     if missing:
         warnings.append(
-            f"traces for {len(res.ranks)} of {world} ranks: diagnose reports the other {missing} missing"
+            f"traces for {len(res.ranks)} of {world} ranks: the other {missing} are absent "
+            "from the records (diagnose compares the ranks present)"
         )
     outside = sum(t.outside for t in traces)
     if outside:
