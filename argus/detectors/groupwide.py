@@ -150,6 +150,19 @@ def group_stats(windows: Sequence[GroupWindow]) -> tuple[np.ndarray, list[GroupS
 
 
 @dataclass(frozen=True)
+class _Window:
+    """What every finding of one call shares: the job, the window, the gates, the hosts."""
+
+    job: str
+    start_ns: int
+    end_ns: int
+    steps: np.ndarray
+    iter_ns: float
+    cfg: GroupwideConfig
+    host: Callable[[int], str]
+
+
+@dataclass(frozen=True)
 class _Verdict:
     slow: bool
     ratio: float
@@ -240,8 +253,7 @@ def detect(
         ev: list[tuple[GroupStat, _Verdict]] = []
         informative = failed = False
         for members in classes.values():
-            mine = [g for g in members if h in hosts_in[id(g)] and len(hosts_in[id(g)]) > 1]
-            rest = [g for g in members if h not in hosts_in[id(g)]]
+            mine, rest = _touching(members, h, hosts_in)
             if not mine or len(rest) < cfg.min_groups:
                 continue
             informative = True
@@ -253,10 +265,8 @@ def detect(
         if informative and not failed:
             evidence[h] = ev
     named = _split_ties(evidence, stats, hosts_in, iter_ns, cfg)
-    out = [
-        _finding(job, "host", h, evidence[h], start_ns, end_ns, steps, iter_ns, cfg, host)
-        for h in sorted(named)
-    ]
+    win = _Window(job, start_ns, end_ns, steps, iter_ns, cfg, host)
+    out = [_finding(win, "host", h, evidence[h]) for h in sorted(named)]
     # --- groups: slow against the rest of their class, not explained by a named host -------
     gcfg = replace(cfg, min_ratio=cfg.group_ratio, z=cfg.group_z)
     for members in classes.values():
@@ -267,36 +277,17 @@ def detect(
                 continue
             v = _slow([g.t_ns], [u.t_ns for u in members if u is not g], iter_ns, gcfg)
             if v.slow:
-                out.append(
-                    _finding(
-                        job,
-                        g.group_kind,
-                        g.group_id,
-                        [(g, v)],
-                        start_ns,
-                        end_ns,
-                        steps,
-                        iter_ns,
-                        cfg,
-                        host,
-                    )
-                )
-    out += _stages(job, stats, hosts_in, named, start_ns, end_ns, steps, iter_ns, cfg, host)
+                out.append(_finding(win, g.group_kind, g.group_id, [(g, v)]))
+    out += _stages(win, stats, hosts_in, named)
     out.sort(key=lambda f: (f.group_kind, f.group_id, f.phase or ""))
     return out
 
 
 def _stages(
-    job: str,
+    win: _Window,
     stats: Sequence[GroupStat],
     hosts_in: Mapping[int, set[str]],
     named: set[str],
-    start_ns: int,
-    end_ns: int,
-    steps: np.ndarray,
-    iter_ns: float,
-    cfg: GroupwideConfig,
-    host: Callable[[int], str],
 ) -> list[Finding]:
     """One pipeline stage's inter-host groups of a kind, all slow against the other stages'.
 
@@ -308,6 +299,7 @@ def _stages(
     by design, up to +25 %) and no named host explains it; one finding per (kind, stage),
     the slowest phase giving the score.
     """
+    cfg, iter_ns = win.cfg, win.iter_ns
     scfg = replace(cfg, min_ratio=cfg.stage_ratio)
     across: dict[tuple[str, str, int], list[GroupStat]] = {}
     for g in stats:
@@ -328,9 +320,18 @@ def _stages(
                 best.setdefault((kind, st), []).extend((g, v) for g in mine)
     out = []
     for (kind, st), ev in sorted(best.items()):
-        f = _finding(job, kind, f"pp{st}", ev, start_ns, end_ns, steps, iter_ns, cfg, host)
+        f = _finding(win, kind, f"pp{st}", ev)
         out.append(replace(f, phase=None, evidence={**f.evidence, "role": "transfer"}))
     return out
+
+
+def _touching(
+    members: Sequence[GroupStat], h: str, hosts_in: Mapping[int, set[str]]
+) -> tuple[list[GroupStat], list[GroupStat]]:
+    """``members`` split into the inter-host groups holding a rank of host ``h`` and the
+    groups holding none."""
+    mine = [g for g in members if h in hosts_in[id(g)] and len(hosts_in[id(g)]) > 1]
+    return mine, [g for g in members if h not in hosts_in[id(g)]]
 
 
 def _split_ties(
@@ -367,8 +368,7 @@ def _split_ties(
         for members in across.values():
             scores: dict[str, float] = {}
             for h in tied:
-                mine = [g for g in members if h in hosts_in[id(g)] and len(hosts_in[id(g)]) > 1]
-                rest = [g for g in members if h not in hosts_in[id(g)]]
+                mine, rest = _touching(members, h, hosts_in)
                 if mine and len(rest) >= cfg.min_groups:
                     v = _slow([g.t_ns for g in mine], [u.t_ns for u in rest], iter_ns, cfg)
                     scores[h] = v.ratio if v.slow else min(v.ratio, cfg.min_ratio)
@@ -387,19 +387,12 @@ def _split_ties(
 
 
 def _finding(
-    job: str,
-    kind: str,
-    gid: str,
-    ev: Sequence[tuple[GroupStat, _Verdict]],
-    start_ns: int,
-    end_ns: int,
-    steps: np.ndarray,
-    iter_ns: float,
-    cfg: GroupwideConfig,
-    host: Callable[[int], str],
+    win: _Window, kind: str, gid: str, ev: Sequence[tuple[GroupStat, _Verdict]]
 ) -> Finding:
     """One finding naming host or group ``gid`` from its slow groups ``ev`` (the strongest
     gives the score, phase and durations)."""
+    job, steps, iter_ns, cfg, host = win.job, win.steps, win.iter_ns, win.cfg, win.host
+    start_ns, end_ns = win.start_ns, win.end_ns
     g0, v0 = max(ev, key=lambda gv: gv[1].z)
     members = sorted({r for g, _ in ev for r in g.members if kind != "host" or host(r) == gid})
     phases = sorted({g.phase for g, _ in ev})
