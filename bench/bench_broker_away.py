@@ -44,7 +44,7 @@ def _closed_port() -> int:
         return int(s.getsockname()[1])
 
 
-def child(mode: str, steps: int, heap: int, port: int) -> None:
+def child(mode: str, steps: int, heap: int, port: int, churn: int) -> None:
     """One training loop; prints one JSON line of results (and ``EXIT`` before shutdown)."""
     import torch
     from torch import nn
@@ -82,14 +82,20 @@ def child(mode: str, steps: int, heap: int, port: int) -> None:
     gc.collect()
     gc.callbacks.append(on_gc)
     times: list[float] = []
+    cpu: list[float] = []
     window_steps: list[int] = []
     for i in range(steps):
         t0 = time.perf_counter_ns()
+        c0 = time.thread_time_ns()
         with ac.step(i):
+            # a data loader's collate: short-lived containers, what makes the gc run
+            batch = [{"ids": [j, j + 1], "meta": (str(j), j)} for j in range(churn)]
             opt.zero_grad()
             loss = model(x).square().mean()
             loss.backward()
             opt.step()
+            del batch
+        cpu.append((time.thread_time_ns() - c0) / 1e6)
         times.append((time.perf_counter_ns() - t0) / 1e6)
         if col is not None and i % col.period == 0:
             window_steps.append(i)
@@ -116,8 +122,9 @@ def _pct(vals: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(q * (len(s) - 1) + 0.5))]
 
 
-def run_child(mode: str, steps: int, heap: int) -> dict[str, Any]:
+def run_child(mode: str, steps: int, heap: int, churn: int) -> dict[str, Any]:
     cmd = [sys.executable, __file__, "--child", mode, "--steps", str(steps), "--heap", str(heap)]
+    cmd += ["--churn", str(churn)]
     cmd += ["--port", str(_closed_port())]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
@@ -142,22 +149,25 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=6000)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--heap", type=int, default=300_000, help="live objects of the job's own")
+    ap.add_argument("--churn", type=int, default=200, help="short-lived objects a step")
     ap.add_argument("--child", choices=("off", "away"))
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--json", type=Path, help="write all results here")
     a = ap.parse_args()
     if a.child:
-        child(a.child, a.steps, a.heap, a.port)
+        child(a.child, a.steps, a.heap, a.port, a.churn)
         return
     rows = []
     for r in range(a.rounds):
-        off = run_child("off", a.steps, a.heap)
-        away = run_child("away", a.steps, a.heap)
+        off = run_child("off", a.steps, a.heap, a.churn)
+        away = run_child("away", a.steps, a.heap, a.churn)
         p99 = _pct(off["steps_ms"], 0.99)
         win: set[int] = set()
         for w in away.get("windows", []):
             win.update((w, w + 1))
         plain = [t for i, t in enumerate(away["steps_ms"]) if i not in win]
+        cpu99 = _pct(off["cpu_ms"], 0.99)
+        plain_cpu = [t for i, t in enumerate(away["cpu_ms"]) if i not in win]
         row = {
             "round": r,
             "off_p50_ms": _pct(off["steps_ms"], 0.5),
@@ -168,6 +178,11 @@ def main() -> None:
             "away_worst_no_window_ms": max(plain),
             "ratio": max(away["steps_ms"]) / p99,
             "ratio_no_window": max(plain) / p99,
+            "off_cpu_p99_ms": cpu99,
+            "off_cpu_worst_ms": max(off["cpu_ms"]),
+            "away_cpu_worst_ms": max(away["cpu_ms"]),
+            "cpu_ratio": max(away["cpu_ms"]) / cpu99,
+            "cpu_ratio_no_window": max(plain_cpu) / cpu99,
             "off_gen2": [len(off["gen2_ms"]), max(off["gen2_ms"], default=0.0)],
             "away_gen2": [len(away["gen2_ms"]), max(away["gen2_ms"], default=0.0)],
             "dropped": away.get("dropped"),

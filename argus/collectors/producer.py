@@ -63,7 +63,7 @@ __all__ = ["RecordProducer"]
 log = logging.getLogger("argus.collectors.producer")
 
 Built = Mapping[str, Any] | Sequence[Mapping[str, Any]] | None
-Value = Mapping[str, Any] | Callable[[], Built]
+Value = Mapping[str, Any] | Callable[[], Built] | tuple[Any, ...]
 
 _LIVE: weakref.WeakSet[RecordProducer] = weakref.WeakSet()
 
@@ -155,7 +155,14 @@ class RecordProducer:
         #: optional ``tap(record_name, value)`` called on the delivery thread with every built
         #: record before encoding (debugging, checks); its exceptions count as errors
         self.tap: Callable[[str, Mapping[str, Any]], None] | None = None
-        self._queue: deque[tuple[str, bytes, str, Value, int]] = deque()
+        #: ``submit(..., value=(name, *args))`` builds ``builders[name](*args)`` on the delivery
+        #: thread: a tuple of plain values that the garbage collector stops tracking at its
+        #: first look, so an item waiting for a drain never ages into the old generation
+        self.builders: dict[str, Callable[..., Built]] = {}
+        # (topic, key, record, size, value) or, for a tuple value, (topic, key, record, size,
+        # name, *args): one flat tuple, which the gc untracks at its first look when its
+        # values are plain (no nested tuple it would need a second look for)
+        self._queue: deque[tuple[Any, ...]] = deque()
         self._queued_bytes = 0
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -198,8 +205,11 @@ class RecordProducer:
     def submit(self, topic: str, key: bytes, record: str, value: Value, size_bytes: int) -> bool:
         """Queue one record; O(1), never blocks, never raises.
 
-        ``value`` is the record as a mapping, or a zero-argument callable that builds it on
-        the delivery thread (returning ``None`` skips it; a list sends each record in it).
+        ``value`` is the record as a mapping, a zero-argument callable that builds it on the
+        delivery thread (returning ``None`` skips it; a list sends each record in it), or a
+        tuple ``(name, *args)`` built by ``builders[name](*args)`` there (the training
+        thread's per-step form: plain values only, not nested, no closure for the gc to
+        age).
         ``size_bytes`` is a hint of its encoded size. Returns ``False`` when the record could
         not be queued (closed, forked child); when the hand-over queue is full the *oldest*
         items are evicted and counted so the newest survive.
@@ -208,15 +218,18 @@ class RecordProducer:
             return False
         try:
             with self._lock:
-                self._queue.append((topic, key, record, value, size_bytes))
+                if isinstance(value, tuple):
+                    self._queue.append((topic, key, record, size_bytes, *value))
+                else:
+                    self._queue.append((topic, key, record, size_bytes, value))
                 self._queued_bytes += size_bytes
                 while len(self._queue) > self.max_pending or (
                     self._queued_bytes > self.max_bytes and len(self._queue) > 1
                 ):
                     old = self._queue.popleft()
-                    self._queued_bytes -= old[4]
+                    self._queued_bytes -= old[3]
                     self.dropped_records += 1
-                    self.dropped_bytes += old[4]
+                    self.dropped_bytes += old[3]
                 wake = (
                     len(self._queue) >= self._wake_records or self._queued_bytes >= self._wake_bytes
                 )
@@ -255,10 +268,13 @@ class RecordProducer:
             with self._lock:
                 if not self._queue:
                     return
-                topic, key, record, value, size = self._queue.popleft()
+                topic, key, record, size, value, *args = self._queue.popleft()
                 self._queued_bytes -= size
             try:
-                built = value() if callable(value) else value
+                if isinstance(value, str):
+                    built = self.builders[value](*args)
+                else:
+                    built = value() if callable(value) else value
                 if built is None:
                     continue
                 many: Sequence[Mapping[str, Any]] = (

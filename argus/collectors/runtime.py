@@ -11,6 +11,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
+from itertools import chain
 from typing import Any
 
 from argus import __version__
@@ -97,6 +98,8 @@ class Collector:
             message_timeout_ms=cfg.message_timeout_ms,
             drain_interval_s=cfg.delivery_interval_ms / 1000,
         )
+        self.producer.builders["step"] = self._step_record
+        self.producer.builders["resolved"] = self._resolved_record
         self._coords = dict(topo.coords)
         self._groups = _pipeline_group_ids(settings, self._coords) or topo.groups()
         # clocks -------------------------------------------------------------------------
@@ -240,11 +243,14 @@ class Collector:
             self._resolver.submit(meta, self._step_ev, end_ev, items)
             return
         size = STEP_RECORD_BYTES + PHASE_BYTES * len(items)
+        # plain values only (CPU marks are ints): the gc untracks the tuple at its first look,
+        # so a step waiting up to a second for the delivery thread never reaches the old
+        # generation, whose growth triggers full collections of the job's heap
         self.producer.submit(
             self.topics["raw.steps"],
             self.key,
             "step_record",
-            lambda: self._step_record(meta, items, dur_ns),
+            ("step", *meta, dur_ns, *chain.from_iterable(items)),
             size,
         )
         self.steps_emitted += 1
@@ -252,21 +258,30 @@ class Collector:
     def _emit_resolved(self, meta: Any, phases: list[tuple[str, str, int, int]], dur: int) -> None:
         # resolver thread: phase offsets are already relative to the step start event
         step, wall, _mono, oh, covered = meta
-        rec = self._record_dict(
-            step, wall, dur, oh, [(n, k, wall + s, d) for n, k, s, d in phases], covered
-        )
         self.producer.submit(
             self.topics["raw.steps"],
             self.key,
             "step_record",
-            rec,
+            ("resolved", step, wall, dur, oh, covered, *chain.from_iterable(phases)),
             STEP_RECORD_BYTES + PHASE_BYTES * len(phases),
         )
         self.steps_emitted += 1
 
-    def _step_record(self, meta: Any, items: list[PhaseItem], dur_ns: int) -> dict[str, Any]:
-        # delivery thread
-        step, wall, mono, oh, covered = meta
+    def _resolved_record(
+        self, step: int, wall: int, dur: int, oh: int, covered: bool, *flat: Any
+    ) -> dict[str, Any]:
+        # delivery thread: a CUDA step whose phases the resolver converted; ``flat`` holds
+        # (name, kind, offset ns, duration ns) per phase, one after the other
+        phases = [
+            (flat[i], flat[i + 1], wall + flat[i + 2], flat[i + 3]) for i in range(0, len(flat), 4)
+        ]
+        return self._record_dict(step, wall, dur, oh, phases, covered)
+
+    def _step_record(
+        self, step: int, wall: int, mono: int, oh: int, covered: bool, dur_ns: int, *flat: Any
+    ) -> dict[str, Any]:
+        # delivery thread; ``flat`` holds the PhaseItems' five values one after the other
+        items: list[PhaseItem] = [flat[i : i + 5] for i in range(0, len(flat), 5)]
         phases = [(n, k, wall + (s - mono), d) for n, k, s, d in aggregate_phases(items)]
         return self._record_dict(step, wall, dur_ns, oh, phases, covered)
 

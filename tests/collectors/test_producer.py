@@ -252,3 +252,36 @@ def test_collector_shutdown_is_bounded_when_the_broker_is_unreachable(
     assert took < 1.0, f"shutdown took {took:.2f} s"
     p = col.producer
     assert p.delivered == 0 and p.dropped_records == col.steps_emitted + 2 == 52
+
+
+def test_a_queued_step_is_not_tracked_by_the_gc(offline: Settings) -> None:
+    """A step record waiting for the delivery thread is a tuple of plain values, which the
+    garbage collector stops tracking at its first look: it never ages into the old
+    generation, whose growth triggers full collections of the job's whole heap."""
+    import gc
+
+    import argus.collectors as ac
+
+    col = ac.start(
+        job="gc-test",
+        settings=offline,
+        kernels=False,
+        control=False,
+        publish_topology=False,
+        delivery_interval_ms=60_000,
+    )
+    for i in range(3):
+        with ac.step(i), ac.phase("forward"):
+            pass
+    col._emit_resolved((7, 10**18, 0, 5, True), [("forward", "compute", 100, 50)], 1000)  # CUDA
+    q = list(col.producer._queue)
+    assert len(q) == 4
+    gc.collect(0)
+    assert not any(gc.is_tracked(item) for item in q)
+    built = [col.producer.builders[e[4]](*e[5:]) for e in q]  # what the delivery thread sends
+    assert [r["step"] for r in built] == [0, 1, 2, 7]
+    assert [p["name"] for p in built[0]["phases"]] == ["forward"]
+    assert built[3]["phases"][0]["start_ns"] == 10**18 + 100 and built[3]["end_ns"] == 10**18 + 1000
+    assert built[3]["collector"]["kernels"] is True
+    ac.shutdown(timeout_s=0.2)
+    assert col.producer.dropped_records == 4
