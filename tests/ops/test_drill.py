@@ -141,8 +141,11 @@ def _publish_with_alerts(kafka: Settings, prefix: str) -> tuple[list[Any], dict[
         prod.produce(
             f"{prefix}.alerts", key=a["dedup_key"].encode(), value=codec.encode("alert", a)
         )
+    for an in res.anomalies[:50]:
+        key = f"{an['job']}/{an['group_kind']}/{an['group_id']}".encode()
+        prod.produce(f"{prefix}.anomalies", key=key, value=codec.encode("anomaly", an))
     assert prod.flush(30) == 0
-    return recs, res.alerts[0]
+    return recs, {**res.alerts[0], "_anomaly": res.anomalies[0]}
 
 
 @pytest.mark.kafka
@@ -156,6 +159,17 @@ def test_around_trace_and_empty_reads(
     recs, alert = _publish_with_alerts(kafka, topic_prefix)
     key = alert["dedup_key"]
     assert alert["ranks"] == [7, 15]
+    # a finding id resolves from argus.anomalies to its own window
+    from argus.drill.read import find_around
+
+    an = alert["_anomaly"]
+    w = find_around(kafka, an["id"], prefix=topic_prefix, pad_ns=0)
+    assert (w.source, w.job, w.start_ns, w.end_ns) == (
+        "anomaly",
+        JOB,
+        an["window_start_ns"],
+        an["window_end_ns"],
+    )
     out = tmp_path / "a.pftrace"
     assert main(["trace", "--around", key, "--prefix", topic_prefix, "-o", str(out)]) == 0
     procs, tracks, _events = _parse(out.read_bytes())
