@@ -43,7 +43,7 @@ class StepItem(TypedDict):
     end_ns: int
     world: int  # ranks in the job (product of the coords' sizes)
     coords: dict[str, int]
-    phases: list[tuple[str, str, int]]  # (name, stream kind, duration ns)
+    phases: list[tuple[str, str, int, int]]  # (name, stream kind, duration ns, start ns)
     kernels: bool  # a kernel batch covers this step (the funnel waits for its L3 scopes)
     part: int  # the raw partition it came from (the windows' watermark)
     host: NotRequired[str]  # the rank's host, when the record names one (the alert's hosts)
@@ -55,7 +55,7 @@ class StepCell(TypedDict):
     start_ns: int
     end_ns: int
     coords: dict[str, int]
-    phases: list[tuple[str, str, int]]
+    phases: list[tuple[str, str, int, int]]  # a state from before the start: 3-tuples
     host: NotRequired[str]
 
 

@@ -396,9 +396,14 @@ class StepBlocks(_Tier):
                     "end_ns": cell["end_ns"],
                     "coords": cell["coords"],
                     "host": cell.get("host", ""),
-                    "phases": [
-                        {"name": n, "stream_kind": k, "duration_ns": d, "start_ns": a}
-                        for n, k, d in cell["phases"]
+                    "phases": [  # each phase's own start: the self time needs it
+                        {
+                            "name": ph[0],
+                            "stream_kind": ph[1],
+                            "duration_ns": ph[2],
+                            "start_ns": ph[3] if len(ph) > 3 else a,
+                        }
+                        for ph in cell["phases"]
                     ],
                 }
             )
@@ -553,7 +558,13 @@ def route_step(
         world=_world(rec["coords"]),
         coords=rec["coords"],
         phases=[
-            (p["name"], p.get("stream_kind", "compute"), p["duration_ns"]) for p in rec["phases"]
+            (
+                p["name"],
+                p.get("stream_kind", "compute"),
+                p["duration_ns"],
+                p.get("start_ns", rec["start_ns"]),
+            )
+            for p in rec["phases"]
         ],
         kernels=bool((rec.get("collector") or {}).get("kernels", False)),
         part=part,
