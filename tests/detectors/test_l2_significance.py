@@ -233,3 +233,14 @@ def test_the_slowest_gpus_of_a_two_percent_spread_are_not_named() -> None:
     the ranks' persistent log ratios >= 3.5) keep it from being named."""
     job = simulate(1024, 24, jitter=0.25, jitter_on=SHORT, seed=5, gpu_spread=0.02)
     assert _named(job, *LIVE) == Counter()
+
+
+def test_one_step_is_no_evidence_of_persistence() -> None:
+    """A job's first step: the slowest of 4 ranks (a pipeline chain) in its only step sits at
+    its floor, 1/4; before the 1 % cap on floors it passed Holm and was named."""
+    d = np.full((4, 1), 50.0)
+    d[2] = 200.0
+    assert l2.detect(_window(d, 300.0, "compute")) == []
+    d = np.full((4, 4), 50.0) * np.exp(np.random.default_rng(8).normal(0.0, 0.02, (4, 4)))
+    d[2] *= 4.0  # slowest in each of 4 steps: 1/256, the most 4 x 4 can say
+    assert l2.detect(_window(d, 300.0, "compute"))[0].ranks == (2,)
