@@ -27,9 +27,16 @@ def kafka() -> None:
     help="format a new broker with a SASL_SSL listener (SCRAM-SHA-512, generated CA, ACLs "
     "applied) or PLAINTEXT; default: as formatted before (PLAINTEXT when new)",
 )
+@click.option(
+    "--brokers",
+    type=click.IntRange(1, 9),
+    default=None,
+    help="format a new KRaft cluster of this many brokers (3: replication factor 3, "
+    "min.insync.replicas 2); default: as formatted before (1 when new)",
+)
 @click.pass_context
-def up(ctx: click.Context, timeout_s: float, secure: bool | None) -> None:
-    """Start the broker (idempotent) and wait until it answers."""
+def up(ctx: click.Context, timeout_s: float, secure: bool | None, brokers: int | None) -> None:
+    """Start the broker(s) (idempotent) and wait until they answer."""
     from argus.kafka.local import LocalBroker
 
     s = settings_from(ctx)
@@ -44,10 +51,18 @@ def up(ctx: click.Context, timeout_s: float, secure: bool | None) -> None:
         click.echo(
             f"resolving Apache Kafka {broker.version} jars with Maven into {broker.libs} (once) ..."
         )
-    st = broker.up(timeout_s=timeout_s, secure=secure)
+    st = broker.up(timeout_s=timeout_s, secure=secure, brokers=brokers)
     click.echo(
         f"kafka {broker.version} up: pid {st.pid}, bootstrap {st.bootstrap}, logs {broker.logs}"
     )
+    if broker.brokers > 1:
+        click.echo(
+            f"{broker.brokers} brokers (replication factor {min(broker.brokers, 3)}, "
+            f"min.insync.replicas {max(1, min(broker.brokers, 3) - 1)}): create the topics with "
+            f"`argus topics create --replication {min(broker.brokers, 3)}` and give workers "
+            f"ARGUS_STREAMS__REPLICATION={min(broker.brokers, 3)}; clients may bootstrap from "
+            f"every node: ARGUS_KAFKA_BOOTSTRAP={st.bootstrap}"
+        )
     if broker.secure:
         from argus.kafka.acls import acl_rules, apply_acls
 

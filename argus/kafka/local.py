@@ -7,6 +7,12 @@ broker is left alone. ``down`` stops only the process whose pid it recorded, aft
 that the pid is still that ``kafka.Kafka`` JVM. When an existing cluster is configured
 (``ARGUS_KAFKA_BOOTSTRAP``), nothing is started or stopped.
 
+``up(brokers=3)`` (``argus kafka up --brokers 3``) formats and starts a KRaft cluster of three
+combined broker+controller JVMs instead (node i on ``kafka_port + 10 (i-1)``; node 1 keeps the
+single broker's paths): replication factor 3 and ``min.insync.replicas`` 2 by default, for
+internal topics too, so an ``acks=all`` write survives the loss of any one broker. ``up``
+restarts only the nodes that are not running. The node count is fixed at format time.
+
 ``up(secure=True)`` (``argus kafka up --secure``) starts it locked down instead: one SASL_SSL
 client listener (SCRAM-SHA-512) with a certificate from a CA generated here (openssl), SCRAM
 users ``admin`` (super user) and one per role (see :mod:`argus.kafka.acls`) created at format
@@ -38,10 +44,12 @@ from argus.errors import ArgusError
 __all__ = [
     "BROKER_CN",
     "KAFKA_VERSION",
+    "PORT_STRIDE",
     "SUPER_USERS",
     "BrokerError",
     "BrokerStatus",
     "LocalBroker",
+    "Node",
 ]
 
 #: The pinned Apache Kafka release (4.0 line: faust-streaming's CI and aiokafka >= 0.13 run on it).
@@ -56,6 +64,11 @@ BROKER_CN = "argus-broker"
 SUPER_USERS = f"User:admin;User:CN={BROKER_CN}"
 
 
+#: Port distance between the nodes of a local cluster: node i (1-based) listens on
+#: ``kafka_port + 10 (i-1)`` and its controller on ``controller_port + 10 (i-1)``.
+PORT_STRIDE = 10
+
+
 class BrokerError(ArgusError, RuntimeError):
     """The local broker could not be fetched, started or stopped; the message says why."""
 
@@ -67,6 +80,20 @@ class BrokerStatus:
     bootstrap: str
     managed: bool  # started by argus (False: an existing cluster is configured)
     detail: str = ""
+
+
+@dataclass(frozen=True)
+class Node:
+    """One KRaft node (broker + controller in one JVM) of the local cluster; node 1 has the
+    single broker's paths, so a one-broker state dir is a one-node cluster."""
+
+    id: int
+    port: int  # client listener on 127.0.0.1
+    controller_port: int
+    data: Path
+    props: Path
+    pid_file: Path
+    logs: Path
 
 
 def _port_open(host: str, port: int, timeout_s: float = 0.5) -> bool:
@@ -92,6 +119,7 @@ class LocalBroker:
         self.tls_dir = self.home / "tls"
         self.secrets_dir = self.home / "secrets"
         self.mode_file = self.home / "security"
+        self.brokers_file = self.home / "brokers"
 
     # -- security ---------------------------------------------------------------------------
     @property
@@ -245,12 +273,11 @@ class LocalBroker:
             )
         return java
 
-    def _listener_props(self, secure: bool) -> list[str]:
-        s = self.settings
+    def _listener_props(self, node: Node, secure: bool) -> list[str]:
         if not secure:
             return [
-                f"listeners=PLAINTEXT://127.0.0.1:{s.kafka_port},CONTROLLER://127.0.0.1:{s.controller_port}",
-                f"advertised.listeners=PLAINTEXT://127.0.0.1:{s.kafka_port}",
+                f"listeners=PLAINTEXT://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port}",
+                f"advertised.listeners=PLAINTEXT://127.0.0.1:{node.port}",
                 "controller.listener.names=CONTROLLER",
                 "inter.broker.listener.name=PLAINTEXT",
                 "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
@@ -258,8 +285,8 @@ class LocalBroker:
         admin_pw = self.password_file("admin").read_text().strip()
         tls = self.tls_dir
         return [
-            f"listeners=SASL_SSL://127.0.0.1:{s.kafka_port},CONTROLLER://127.0.0.1:{s.controller_port}",
-            f"advertised.listeners=SASL_SSL://127.0.0.1:{s.kafka_port}",
+            f"listeners=SASL_SSL://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port}",
+            f"advertised.listeners=SASL_SSL://127.0.0.1:{node.port}",
             "controller.listener.names=CONTROLLER",
             "inter.broker.listener.name=SASL_SSL",
             "listener.security.protocol.map=CONTROLLER:SSL,SASL_SSL:SASL_SSL",
@@ -280,27 +307,35 @@ class LocalBroker:
             "allow.everyone.if.no.acl.found=false",
         ]
 
-    def _write_props(self, secure: bool = False) -> None:
-        self.home.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.props, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    def _write_props(self, node: Node, nodes: list[Node], secure: bool = False) -> None:
+        node.props.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(node.props, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.fchmod(fd, 0o600)  # holds the admin password when secure
         with os.fdopen(fd, "w") as fh:
-            fh.write(self._props_text(secure))
+            fh.write(self._props_text(node, nodes, secure))
 
-    def _props_text(self, secure: bool) -> str:
+    def _props_text(self, node: Node, nodes: list[Node], secure: bool) -> str:
+        n = len(nodes)
+        # one broker: nothing to replicate; a cluster: replication factor 3 (or n), and a write
+        # acknowledged by acks=all is on 2 brokers, so it survives the loss of any one
+        rf = min(n, 3)
+        isr = max(1, rf - 1)
+        voters = ",".join(f"{x.id}@127.0.0.1:{x.controller_port}" for x in nodes)
         return "\n".join(
             [
                 "# written by `argus kafka up`; edit argus settings, not this file",
                 "process.roles=broker,controller",
-                "node.id=1",
-                f"controller.quorum.voters=1@127.0.0.1:{self.settings.controller_port}",
-                *self._listener_props(secure),
-                f"log.dirs={self.data}",
+                f"node.id={node.id}",
+                f"controller.quorum.voters={voters}",
+                *self._listener_props(node, secure),
+                f"log.dirs={node.data}",
                 "num.partitions=1",
-                "offsets.topic.replication.factor=1",
+                f"default.replication.factor={rf}",
+                f"min.insync.replicas={isr}",
+                f"offsets.topic.replication.factor={rf}",
                 "offsets.topic.num.partitions=8",
-                "transaction.state.log.replication.factor=1",
-                "transaction.state.log.min.isr=1",
+                f"transaction.state.log.replication.factor={rf}",
+                f"transaction.state.log.min.isr={isr}",
                 "group.initial.rebalance.delay.ms=0",
                 "auto.create.topics.enable=true",
                 "log.retention.check.interval.ms=60000",
@@ -308,18 +343,54 @@ class LocalBroker:
             ]
         )
 
-    def _pid(self) -> int | None:
+    # -- nodes ------------------------------------------------------------------------------
+    @property
+    def brokers(self) -> int:
+        """Nodes of this cluster (fixed when the storage is formatted; 1 when not formatted)."""
         try:
-            pid = int(self.pid_file.read_text().strip())
+            return max(1, int(self.brokers_file.read_text().strip()))
+        except (OSError, ValueError):
+            return 1
+
+    def node(self, node_id: int) -> Node:
+        """Node ``node_id`` (1-based). Node 1 keeps the single broker's paths and ports; node
+        i listens on ``kafka_port + 10 (i-1)`` and ``controller_port + 10 (i-1)``."""
+        s = self.settings
+        off = PORT_STRIDE * (node_id - 1)
+        if node_id == 1:
+            return Node(1, s.kafka_port, s.controller_port, self.data, self.props,
+                        self.pid_file, self.logs)  # fmt: skip
+        d = self.home / f"node-{node_id}"
+        return Node(node_id, s.kafka_port + off, s.controller_port + off, d / "data",
+                    d / "server.properties", d / "broker.pid", d / "logs")  # fmt: skip
+
+    def nodes(self, count: int | None = None) -> list[Node]:
+        """Every node of the cluster (``count`` of them; default: as formatted)."""
+        return [self.node(i) for i in range(1, (count or self.brokers) + 1)]
+
+    @property
+    def bootstrap(self) -> str:
+        """``host:port`` of every node's client listener, comma-separated."""
+        if not self.settings.local_broker:
+            return self.settings.bootstrap_servers
+        return ",".join(f"127.0.0.1:{n.port}" for n in self.nodes())
+
+    def node_pid(self, node: Node) -> int | None:
+        """The pid of ``node``'s running JVM (None: not running, or the pid is not ours)."""
+        try:
+            pid = int(node.pid_file.read_text().strip())
         except (FileNotFoundError, ValueError):
             return None
         try:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
             return None
-        if b"kafka.Kafka" in cmdline and str(self.props).encode() in cmdline:
+        if b"kafka.Kafka" in cmdline and str(node.props).encode() in cmdline and not _zombie(pid):
             return pid
         return None  # pid reused by another process: not ours
+
+    def _pid(self) -> int | None:
+        return self.node_pid(self.node(1))
 
     def status(self) -> BrokerStatus:
         s = self.settings
@@ -329,40 +400,63 @@ class LocalBroker:
             return BrokerStatus(
                 up, None, s.bootstrap, False, "existing cluster (ARGUS_KAFKA_BOOTSTRAP)"
             )
-        pid = self._pid()
-        up = pid is not None and _port_open("127.0.0.1", s.kafka_port)
+        nodes = self.nodes()
+        pids = [self.node_pid(n) for n in nodes]
+        up = all(p is not None for p in pids) and all(
+            _port_open("127.0.0.1", n.port) for n in nodes
+        )
         detail = f"Apache Kafka {self.version}" + (", SASL_SSL" if self.secure else "")
-        return BrokerStatus(up, pid, s.bootstrap_servers, True, detail)
+        if len(nodes) > 1:
+            alive = sum(p is not None for p in pids)
+            detail += f", {len(nodes)} brokers ({alive} running)"
+        bootstrap = s.bootstrap_servers if len(nodes) == 1 else self.bootstrap
+        return BrokerStatus(up, pids[0], bootstrap, True, detail)
 
-    def up(self, *, timeout_s: float = 90.0, secure: bool | None = None) -> BrokerStatus:
-        """Start the broker unless it runs (or an existing cluster is configured).
+    def up(
+        self, *, timeout_s: float = 90.0, secure: bool | None = None, brokers: int | None = None
+    ) -> BrokerStatus:
+        """Start the broker(s) unless they run (or an existing cluster is configured).
 
         ``secure``: format a new broker for SASL_SSL (True) or PLAINTEXT (False); None keeps
-        what the storage was formatted with (PLAINTEXT for a new one).
+        what the storage was formatted with (PLAINTEXT for a new one). ``brokers``: format a
+        new cluster of this many KRaft nodes (each broker + controller); None keeps what was
+        formatted (1 for a new one). On a cluster, only the nodes that are not running are
+        started (a killed node rejoins).
         """
         s = self.settings
-        st = self.status()
         formatted = (self.data / "meta.properties").exists()
         if secure is not None and formatted and secure != self.secure:
             raise BrokerError(
                 f"the broker in {self.home} was formatted "
                 f"{'SASL_SSL' if self.secure else 'PLAINTEXT'}; `argus kafka reset` to change it"
             )
-        if not s.local_broker or st.running:
-            return st
-        if st.pid is not None:  # JVM up but not answering yet: wait for it
-            return self._wait(st.pid, timeout_s)
-        if _port_open("127.0.0.1", s.kafka_port) or _port_open("127.0.0.1", s.controller_port):
+        if brokers is not None and brokers < 1:
+            raise BrokerError(f"--brokers must be >= 1, not {brokers}")
+        if brokers is not None and formatted and brokers != self.brokers:
             raise BrokerError(
-                f"port {s.kafka_port} or {s.controller_port} on 127.0.0.1 is taken by another "
-                "process; set ARGUS_KAFKA_PORT / ARGUS_KAFKA_CONTROLLER_PORT or stop it"
+                f"the cluster in {self.home} was formatted with {self.brokers} broker(s); "
+                "`argus kafka reset` to change it"
             )
+        if not s.local_broker:
+            return self.status()
+        nodes = self.nodes(self.brokers if formatted else (brokers or 1))
+        stopped = [n for n in nodes if self.node_pid(n) is None]
+        if not stopped:  # every JVM is up (answering or not yet): wait for them
+            return self._wait(nodes, timeout_s)
+        for n in stopped:
+            if _port_open("127.0.0.1", n.port) or _port_open("127.0.0.1", n.controller_port):
+                raise BrokerError(
+                    f"port {n.port} or {n.controller_port} on 127.0.0.1 is taken by another "
+                    "process; set ARGUS_KAFKA_PORT / ARGUS_KAFKA_CONTROLLER_PORT or stop it"
+                )
         libs = self.fetch()
         java = self._java()
         if not formatted:
-            shutil.rmtree(self.data, ignore_errors=True)
+            for n in nodes:
+                shutil.rmtree(n.data, ignore_errors=True)
             self.home.mkdir(parents=True, exist_ok=True)
             self.mode_file.write_text("sasl_ssl\n" if secure else "plaintext\n")
+            self.brokers_file.write_text(f"{len(nodes)}\n")
         secure = self.secure
         scram: list[str] = []
         if secure:
@@ -370,107 +464,119 @@ class LocalBroker:
             users = self._ensure_passwords()
             for user, pw in users.items():
                 scram += ["--add-scram", f"SCRAM-SHA-512=[name={user},password={pw}]"]
-        self._write_props(secure)
-        self.logs.mkdir(parents=True, exist_ok=True)
+        for n in stopped:
+            self._write_props(n, nodes, secure)
+            n.logs.mkdir(parents=True, exist_ok=True)
         cp = f"{libs}/*"
-        log_opts = [
-            f"-Dlog4j2.configurationFile={resources.files('argus.kafka').joinpath('log4j2.properties')}",
-            f"-Dkafka.logs.dir={self.logs}",
-        ]
-        if not formatted:
-            cluster_id = _cluster_id()
-            fmt = subprocess.run(
-                [
-                    java,
-                    *log_opts,
-                    "-cp",
-                    cp,
-                    "kafka.tools.StorageTool",
-                    "format",
-                    f"--cluster-id={cluster_id}",
-                    "-c",
-                    str(self.props),
-                    *scram,
-                ],
-                capture_output=True,
-                text=True,
-                check=False,
-            )
-            if fmt.returncode != 0:
-                text = f"{fmt.stdout}{fmt.stderr}"
-                for pw in (p.split("password=")[-1].rstrip("]") for p in scram[1::2]):
-                    text = text.replace(pw, "********")
-                raise BrokerError(f"formatting KRaft storage failed:\n{text}")
-        heap = os.environ.get("ARGUS_KAFKA_HEAP", "768m")
-        with open(self.logs / "stdout.log", "ab") as out:
-            proc = subprocess.Popen(
-                [
-                    java,
-                    f"-Xmx{heap}",
-                    f"-Xms{heap}",
-                    "-XX:+UseG1GC",
-                    "-Djava.awt.headless=true",
-                    *log_opts,
-                    "-cp",
-                    cp,
-                    "kafka.Kafka",
-                    str(self.props),
-                ],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,  # survives the CLI; `down` stops it
-            )
-        self.pid_file.write_text(f"{proc.pid}\n")
-        return self._wait(proc.pid, timeout_s)
+        unformatted = [n for n in stopped if not (n.data / "meta.properties").exists()]
+        if unformatted:
+            cluster_id = _meta_cluster_id(self.data) or _cluster_id()
+            for n in unformatted:
+                fmt = subprocess.run(
+                    [java, *self._log_opts(n), "-cp", cp, "kafka.tools.StorageTool", "format",
+                     f"--cluster-id={cluster_id}", "-c", str(n.props), *scram],
+                    capture_output=True,
+                    text=True,
+                    check=False,
+                )  # fmt: skip
+                if fmt.returncode != 0:
+                    text = f"{fmt.stdout}{fmt.stderr}"
+                    for pw in (p.split("password=")[-1].rstrip("]") for p in scram[1::2]):
+                        text = text.replace(pw, "********")
+                    raise BrokerError(f"formatting KRaft storage of node {n.id} failed:\n{text}")
+        heap = os.environ.get("ARGUS_KAFKA_HEAP", "768m" if len(nodes) == 1 else "512m")
+        for n in stopped:
+            with open(n.logs / "stdout.log", "ab") as out:
+                proc = subprocess.Popen(
+                    [java, f"-Xmx{heap}", f"-Xms{heap}", "-XX:+UseG1GC",
+                     "-Djava.awt.headless=true", *self._log_opts(n), "-cp", cp, "kafka.Kafka",
+                     str(n.props)],
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,  # survives the CLI; `down` stops it
+                )  # fmt: skip
+            n.pid_file.write_text(f"{proc.pid}\n")
+        return self._wait(nodes, timeout_s)
 
-    def _wait(self, pid: int, timeout_s: float) -> BrokerStatus:
+    def _log_opts(self, node: Node) -> list[str]:
+        log4j = resources.files("argus.kafka").joinpath("log4j2.properties")
+        return [f"-Dlog4j2.configurationFile={log4j}", f"-Dkafka.logs.dir={node.logs}"]
+
+    def _wait(self, nodes: list[Node], timeout_s: float) -> BrokerStatus:
+        """Until every node's JVM runs and the cluster's metadata lists all of them."""
         from confluent_kafka.admin import AdminClient
 
         deadline = time.monotonic() + timeout_s
-        admin = AdminClient(self.client_settings().kafka_config(**{"log_level": 0}))
+        bootstrap = ",".join(f"127.0.0.1:{n.port}" for n in nodes)
+        cfg = self.client_settings().kafka_config(
+            **{"log_level": 0, "bootstrap.servers": bootstrap}
+        )
+        admin = AdminClient(cfg)
         while time.monotonic() < deadline:
-            if self._pid() is None:
-                tail = _tail(self.logs / "server.log") or _tail(self.logs / "stdout.log")
-                raise BrokerError(f"the broker exited during start-up; last log lines:\n{tail}")
-            if _port_open("127.0.0.1", self.settings.kafka_port):
+            for n in nodes:
+                if self.node_pid(n) is None:
+                    tail = _tail(n.logs / "server.log") or _tail(n.logs / "stdout.log")
+                    raise BrokerError(
+                        f"the broker{f' node {n.id}' if len(nodes) > 1 else ''} exited during "
+                        f"start-up; last log lines:\n{tail}"
+                    )
+            if all(_port_open("127.0.0.1", n.port) for n in nodes):
                 try:
                     md = admin.list_topics(timeout=2.0)
-                    if md.brokers:
+                    if len(md.brokers) >= len(nodes):
                         return self.status()
                 except Exception:  # not ready yet
                     pass
             time.sleep(0.3)
         raise BrokerError(
-            f"broker (pid {pid}) did not answer within {timeout_s:.0f} s; see {self.logs}/server.log"
+            f"broker (pid {self.node_pid(nodes[0])}) did not answer within {timeout_s:.0f} s; "
+            f"see {nodes[0].logs}/server.log"
         )
 
     def down(self, *, timeout_s: float = 30.0) -> bool:
-        """Stop the broker this folder started; True if one was stopped."""
+        """Stop the broker(s) this folder started; True if one was stopped."""
         if not self.settings.local_broker:
             return False
-        pid = self._pid()
-        if pid is None:
-            self.pid_file.unlink(missing_ok=True)
-            return False
-        os.kill(pid, signal.SIGTERM)
+        running = [(n, pid) for n in self.nodes() if (pid := self.node_pid(n)) is not None]
+        for n in self.nodes():
+            if all(n is not m for m, _ in running):
+                n.pid_file.unlink(missing_ok=True)
+        for _, pid in running:
+            os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
-            if _zombie(pid):
-                break
-            time.sleep(0.2)
-        if Path(f"/proc/{pid}").exists() and not _zombie(pid):
-            os.kill(pid, signal.SIGKILL)
-        self.pid_file.unlink(missing_ok=True)
-        return True
+        for n, pid in running:
+            while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
+                if _zombie(pid):
+                    break
+                time.sleep(0.2)
+            if Path(f"/proc/{pid}").exists() and not _zombie(pid):
+                os.kill(pid, signal.SIGKILL)
+            n.pid_file.unlink(missing_ok=True)
+        return bool(running)
 
     def reset(self) -> None:
-        """Stop the broker and delete its data (topics, offsets)."""
+        """Stop the broker(s) and delete their data (topics, offsets)."""
         self.down()
-        shutil.rmtree(self.data, ignore_errors=True)
+        for n in self.nodes():
+            shutil.rmtree(n.data, ignore_errors=True)
+        for d in self.home.glob("node-*"):
+            shutil.rmtree(d, ignore_errors=True)
         for p in (self.tls_dir, self.secrets_dir):
             shutil.rmtree(p, ignore_errors=True)
         self.mode_file.unlink(missing_ok=True)
+        self.brokers_file.unlink(missing_ok=True)
+
+
+def _meta_cluster_id(data: Path) -> str | None:
+    """The cluster id a node's storage was formatted with (None: not formatted)."""
+    try:
+        for line in (data / "meta.properties").read_text().splitlines():
+            if line.startswith("cluster.id="):
+                return line.split("=", 1)[1].strip()
+    except OSError:
+        pass
+    return None
 
 
 def _zombie(pid: int) -> bool:
