@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
@@ -133,7 +134,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         yield Cluster(broker, client, load_settings(env=client), tmp)
     finally:
         broker.down()  # every node, even after a failure
-        assert all(broker.node_pid(n) is None for n in broker.nodes())
+        stopped = all(broker.node_pid(n) is None for n in broker.nodes())
+        shutil.rmtree(tmp / "state", ignore_errors=True)  # three nodes' data and logs
+        assert stopped
 
 
 def test_three_brokers_replicate_every_write(cluster: Cluster) -> None:

@@ -4,6 +4,7 @@ broker on 19092 is never touched)."""
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -77,6 +78,7 @@ def secure_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBr
         yield sb
     finally:
         broker.down()
+        shutil.rmtree(state / "kafka", ignore_errors=True)  # data, certificates, passwords
 
 
 @pytest.fixture
