@@ -69,12 +69,14 @@ class Secret:
         return self._value
 
     def __repr__(self) -> str:
-        return f"Secret({REDACTED!r})"
+        return f"{type(self).__name__}({REDACTED!r})"
 
     __str__ = __repr__
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Secret) and other._value == self._value
+        return (
+            isinstance(other, Secret) and type(other) is type(self) and other._value == self._value
+        )
 
     def __hash__(self) -> int:
         return hash(self._value)

@@ -22,6 +22,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from prometheus_client import CollectorRegistry
 
 from argus.config import ConfigError, Settings, load_settings
+from argus.kafka.security import Secret
 from argus.schemas.codec import Codec
 from argus.sinks.pagerduty.worker import (
     PagerDutyConfig,
@@ -454,6 +455,8 @@ def test_routing_key_from_env_or_file(tmp_path: Path) -> None:
     cfg = PagerDutyConfig.from_settings(s, env={"ARGUS_PAGERDUTY_ROUTING_KEY_FILE": str(f)})
     assert cfg.routing_key.reveal() == KEY
     assert KEY not in repr(cfg) and KEY not in str(cfg.routing_key)
+    assert repr(cfg.routing_key) == "RoutingKey('********')"  # Secret's mask, own name
+    assert cfg.routing_key != Secret(KEY) and cfg.routing_key == RoutingKey(KEY)
     assert cfg.group_id == "argus.pagerduty" and cfg.events_url.startswith(
         "https://events.pagerduty"
     )

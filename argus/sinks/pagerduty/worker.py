@@ -59,6 +59,7 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartit
 
 from argus.config import ConfigError, Settings, build_config
 from argus.errors import DecodeError
+from argus.kafka.security import Secret
 from argus.schemas.codec import Codec
 from argus.sinks.pagerduty.config import PagerDutySettings
 from argus.sinks.pagerduty.events import (
@@ -92,28 +93,12 @@ ROUTING_KEY_FILE_ENV = "ARGUS_PAGERDUTY_ROUTING_KEY_FILE"
 WORKER_NAME = "pagerduty"
 
 
-class RoutingKey:
-    """The PagerDuty integration key; prints as ``***`` so it cannot reach a log by accident."""
+class RoutingKey(Secret):
+    """The PagerDuty integration key: a :class:`~argus.kafka.security.Secret`, so it prints
+    masked and cannot reach a log by accident; :meth:`reveal` gives it, for the request body
+    only."""
 
-    __slots__ = ("_value",)
-
-    def __init__(self, value: str) -> None:
-        self._value = value
-
-    def reveal(self) -> str:
-        """The key itself, for the request body only."""
-        return self._value
-
-    def __repr__(self) -> str:
-        return "RoutingKey('***')"
-
-    __str__ = __repr__
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, RoutingKey) and other._value == self._value
-
-    def __hash__(self) -> int:
-        return hash(self._value)
+    __slots__ = ()
 
 
 def _read_routing_key(sec: PagerDutySettings, env: Mapping[str, str]) -> RoutingKey:
@@ -178,8 +163,9 @@ class PagerDutyConfig:
             section="pagerduty",
             origins=settings.origins,
         )
+        key = overrides.pop("routing_key", None)  # an empty RoutingKey is kept (and refused)
         kw: dict[str, Any] = {
-            "routing_key": overrides.pop("routing_key", None) or _read_routing_key(sec, env),
+            "routing_key": key if key not in (None, "") else _read_routing_key(sec, env),
             "events_url": sec.events_url,
             "group_id": sec.group_id or f"{settings.topic_prefix}.pagerduty",
             "rate_limit_events": sec.rate_limit_events,
