@@ -97,12 +97,13 @@ def child(mode: str, steps: int, heap: int, port: int, churn: int) -> None:
             del batch
         cpu.append((time.thread_time_ns() - c0) / 1e6)
         times.append((time.perf_counter_ns() - t0) / 1e6)
-        if col is not None and i % col.period == 0:
+        if col is not None and col._window_first_step == i:  # a kernel window opened
             window_steps.append(i)
     gc.callbacks.remove(on_gc)
     out: dict[str, Any] = {
         "mode": mode,
         "steps_ms": times,
+        "cpu_ms": cpu,
         "gen2_ms": gen2,
         "windows": window_steps,
     }
@@ -150,6 +151,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--heap", type=int, default=300_000, help="live objects of the job's own")
     ap.add_argument("--churn", type=int, default=200, help="short-lived objects a step")
+    ap.add_argument("--warmup", type=int, default=100, help="first steps left out")
     ap.add_argument("--child", choices=("off", "away"))
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--json", type=Path, help="write all results here")
@@ -161,6 +163,10 @@ def main() -> None:
     for r in range(a.rounds):
         off = run_child("off", a.steps, a.heap, a.churn)
         away = run_child("away", a.steps, a.heap, a.churn)
+        for res in (off, away):  # the first steps warm torch up (lazy init, allocator)
+            for k in ("steps_ms", "cpu_ms"):
+                res[k] = res[k][a.warmup :]
+            res["windows"] = [w - a.warmup for w in res.get("windows", []) if w >= a.warmup]
         p99 = _pct(off["steps_ms"], 0.99)
         win: set[int] = set()
         for w in away.get("windows", []):
