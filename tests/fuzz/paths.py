@@ -14,6 +14,7 @@ from argus.detectors.inputs import validate_step_record
 from argus.detectors.l3_window import table_from_summaries
 from argus.routing import Routing
 from argus.schemas import Codec
+from argus.schemas.kernel_parts import PartAssembler
 from argus.streams.roles.funnel import finding_from_anomaly
 from argus.streams.roles.steps import collector_metrics, route_step
 from argus.streams.validate import Checker
@@ -34,8 +35,11 @@ def steps(raw: bytes, chk: Checker) -> Any:
 
 def compressor(raw: bytes, chk: Checker) -> Any:
     """``argus.raw.kernels`` -> ``argus.summary.kernels``."""
-    batch = CODEC.decode_as("kernel_batch", raw)
-    chk.kernel_batch(batch)
+    part = CODEC.decode_as("kernel_batch", raw)
+    chk.kernel_batch(part)
+    batch, _ = PartAssembler().add(part)  # PartError (bad-part) on a nonsensical part/parts
+    if batch is None:  # a part of a split window: held until its window is whole
+        return None
     rec = summarize_batch(batch, announced=set())
     return CODEC.encode("kernel_summary", rec)
 
