@@ -124,3 +124,17 @@ def test_moe_expert_peer_pipeline_late_into_its_expert_grad_sync_is_a_victim() -
     assert _triggers(out) == [[culprit]]
     _st, out = funnel.step(funnel.FunnelState(), [straggler, other], coords=coords)
     assert _triggers(out) == sorted([[culprit], list(other.ranks)])
+
+
+def test_a_window_after_its_straggler_a_wait_of_another_pipeline_still_pages() -> None:
+    # with coordinates, the state remembers the straggler's pipeline (dp 4): a rank of
+    # pipeline 9 late the next window is not its victim
+    coords = {r: layout_coords(DENSE, r) for r in (CULPRIT, 416, 456)}
+    st, _out = funnel.step(funnel.FunnelState(), [STRAGGLER], coords=coords)
+    st = funnel.FunnelState.from_dict(st.to_dict())
+    lone = _late(456, ("dp", "pp3.tp0"), "grads_reduce_scatter", w=(10, 19))
+    _st, out = funnel.step(st, [lone], coords=coords)
+    assert _triggers(out) == [[456]]
+    chained = _late(416, ("dp", "pp3.tp0"), "grads_reduce_scatter", w=(10, 19))
+    _st, out = funnel.step(st, [chained], coords=coords)
+    assert _triggers(out) == []

@@ -171,6 +171,7 @@ def step(
         if (
             conf >= cfg.trigger_confidence
             and not _waiting_only(c)
+            and not _shared_spikes_only(c)
             and not _explained_victim(c, straggling, groups, rank_coords)
             and (pers >= cfg.l3_only_persistence or not _l3_only(c))
         ):
@@ -190,7 +191,7 @@ def step(
             anomaly_ids=ids,
             signature=sig,
             alert=alert_rec,
-            groups=_straggler_groups(c),
+            groups=_straggler_groups(c, rank_coords),
         )
     for key, cs in list(culprits.items()):
         if key in seen:
@@ -215,6 +216,16 @@ def _l3_only(c: Culprit) -> bool:
     return bool(fs) and all(f.level == "L3" for f in fs)
 
 
+def _shared_spikes_only(c: Culprit) -> bool:
+    """The culprit is only L1 ``jitter``: step-time spikes no rank was found to make.
+
+    A rank that makes a spike is named by L2 (:func:`argus.detectors.l2.spikes`, bursts);
+    a spike without one is an event every rank shared (a checkpoint, a storage stall of every
+    rank's data loading, congested collectives): reported as a verdict, not paged.
+    """
+    return bool(c.findings) and all(f.level == "L1" and f.kind == "jitter" for f in c.findings)
+
+
 def _waiting_only(c: Culprit) -> bool:
     """The culprit's only evidence is ranks waiting longer in a collective (L3, one rank).
 
@@ -228,19 +239,21 @@ def _waiting_only(c: Culprit) -> bool:
     )
 
 
-def _straggler_groups(c: Culprit) -> tuple[str, ...]:
-    """Group ids of the culprit's findings that name its L2 compute ranks; () for a culprit
-    that is not a compute straggler."""
+def _straggler_groups(
+    c: Culprit, rank_coords: Mapping[int, Mapping[str, int]] | None = None
+) -> tuple[str, ...]:
+    """Group ids of the culprit's findings that name its L2 compute ranks, and the id of
+    every coordinate known for them (``"pp1.tp2.dp4"``, from ``rank_coords``), so the next
+    window knows where the straggler was; () for a culprit that is not a compute straggler."""
     comp = _compute_ranks(c.findings)
-    return tuple(
-        sorted(
-            {
-                f.group_id
-                for f in c.findings
-                if f.level in ("L2", "L3") and not comp.isdisjoint(f.ranks)
-            }
-        )
-    )
+    ids = {
+        f.group_id for f in c.findings if f.level in ("L2", "L3") and not comp.isdisjoint(f.ranks)
+    }
+    for r in comp:
+        known = (rank_coords or {}).get(r, {})
+        if known:
+            ids.add(".".join(f"{d}{v}" for d, v in sorted(known.items())))
+    return tuple(sorted(ids))
 
 
 def _explained_victim(
