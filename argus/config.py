@@ -80,10 +80,14 @@ from argus.kafka.security import (
 )
 
 __all__ = [
+    "NON_NEGATIVE",
+    "POSITIVE",
     "SECTIONS",
     "ConfigError",
+    "Range",
     "Settings",
     "build_config",
+    "check_ranges",
     "effective",
     "load_settings",
     "parse_bool",
@@ -129,6 +133,74 @@ def parse_bool(value: Any, key: str) -> bool:
         if s in _FALSE:
             return False
     raise ConfigError(f"{key} must be a boolean (true/false, 1/0, yes/no, on/off), got {value!r}")
+
+
+@dataclass(frozen=True)
+class Range:
+    """An interval of allowed values: ``gt``/``ge`` below, ``lt``/``le`` above (None: open).
+
+    ``str`` gives it as a message writes it: ``> 0``, ``>= 1``, ``in (0, 1)``, ``in [1, 255]``.
+    NaN lies in no bounded range.
+    """
+
+    gt: float | None = None
+    ge: float | None = None
+    lt: float | None = None
+    le: float | None = None
+
+    def __contains__(self, value: Any) -> bool:
+        return (
+            (self.gt is None or value > self.gt)
+            and (self.ge is None or value >= self.ge)
+            and (self.lt is None or value < self.lt)
+            and (self.le is None or value <= self.le)
+        )
+
+    def __str__(self) -> str:
+        low = [f"{op} {v}" for op, v in ((">", self.gt), (">=", self.ge)) if v is not None]
+        high = [f"{op} {v}" for op, v in (("<", self.lt), ("<=", self.le)) if v is not None]
+        if low and high:
+            lo = f"({self.gt}" if self.gt is not None else f"[{self.ge}"
+            hi = f"{self.lt})" if self.lt is not None else f"{self.le}]"
+            return f"in {lo}, {hi}"
+        return " and ".join(low + high) or "any value"
+
+
+#: the two ranges most fields have
+POSITIVE = Range(gt=0)
+NON_NEGATIVE = Range(ge=0)
+
+
+def check_ranges(
+    obj: Any,
+    section: str,
+    ranges: Mapping[str, Range],
+    *,
+    error: type[ConfigError] = ConfigError,
+) -> None:
+    """The one range check of the config dataclasses (call it in ``__post_init__``).
+
+    Parameters
+    ----------
+    obj : dataclass instance
+        Whose attributes to check.
+    section : str
+        Dotted name of its table (``"collectors"``, ``"kde"``), for the message.
+    ranges : mapping
+        ``{attribute name: Range}``, checked in this order.
+    error : ConfigError subclass
+        What to raise.
+
+    Raises
+    ------
+    ConfigError
+        (``error``) for the first attribute outside its range:
+        ``"<section>.<name> must be <range>, got <value>"``.
+    """
+    for name, allowed in ranges.items():
+        value = getattr(obj, name)
+        if value not in allowed:
+            raise error(f"{section}.{name} must be {allowed}, got {value!r}")
 
 
 def _from(origins: Mapping[str, str], path: str) -> str:
@@ -379,6 +451,9 @@ def _build(
 
 
 # -- the file and the environment -------------------------------------------------------------
+_PORT = Range(ge=1, le=65535)
+
+
 @dataclass(frozen=True, kw_only=True)
 class KafkaSection:
     """``[kafka]``: the cluster. ``client``: extra librdkafka settings; ``security``: read
@@ -392,9 +467,7 @@ class KafkaSection:
     security: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        for name in ("port", "controller_port"):
-            if not 0 < getattr(self, name) < 65536:
-                raise ConfigError(f"kafka.{name} must be 1..65535, got {getattr(self, name)}")
+        check_ranges(self, "kafka", dict.fromkeys(("port", "controller_port"), _PORT))
         if self.port == self.controller_port:
             raise ConfigError("kafka.port and kafka.controller_port must differ")
 

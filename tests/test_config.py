@@ -299,3 +299,50 @@ def test_the_security_table_checked_is_the_one_parsed() -> None:
     from argus.kafka.security import SECURITY_KEYS
 
     assert set(_fields(_SecurityTable)) == set(SECURITY_KEYS)
+
+
+def test_one_range_check_names_the_key() -> None:
+    from dataclasses import dataclass
+
+    from argus.config import POSITIVE, Range, check_ranges
+    from argus.errors import DetectorConfigError
+
+    @dataclass
+    class C:
+        a: float = 1.0
+        b: int = 3
+
+    ranges = {"a": POSITIVE, "b": Range(ge=1, le=255)}
+    check_ranges(C(), "sec", ranges)
+    check_ranges(C(a=float("inf"), b=255), "sec", ranges)
+    for bad, msg in [
+        (C(a=0.0), r"^sec\.a must be > 0, got 0\.0$"),
+        (C(a=float("nan")), r"^sec\.a must be > 0, got nan$"),  # NaN is in no range
+        (C(b=256), r"^sec\.b must be in \[1, 255\], got 256$"),
+    ]:
+        with pytest.raises(ConfigError, match=msg):
+            check_ranges(bad, "sec", ranges)
+    with pytest.raises(DetectorConfigError):
+        check_ranges(C(b=0), "sec", ranges, error=DetectorConfigError)
+    shown = [Range(ge=0), Range(lt=1), Range(gt=0, lt=1), Range(gt=0, le=1), Range()]
+    assert [str(r) for r in shown] == [">= 0", "< 1", "in (0, 1)", "in (0, 1]", "any value"]
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"ARGUS_KAFKA_PORT": "0"}, "kafka.port must be in [1, 65535], got 0"),
+        ({"ARGUS_STREAMS__METRICS_PORT": "70000"}, "streams.metrics_port must be in [0, 65535]"),
+        ({"ARGUS_STREAMS__MAX_SKEW_S": "-1"}, "streams.max_skew_s must be >= 0, got -1.0"),
+        (
+            {"ARGUS_COLLECTORS__OVERHEAD_BUDGET": "1"},
+            "collectors.overhead_budget must be in (0, 1)",
+        ),
+        ({"ARGUS_COLLECTORS__STACKS_RATE_HZ": "0"}, "collectors.stacks_rate_hz must be > 0"),
+        ({"ARGUS_PAGERDUTY__RATE_LIMIT_EVENTS": "0"}, "pagerduty.rate_limit_events must be >= 1"),
+        ({"ARGUS_PAGERDUTY__MAX_ATTEMPTS": "-1"}, "pagerduty.max_attempts must be >= 0, got -1"),
+    ],
+)
+def test_sections_share_the_range_message(env: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_settings(env=env)

@@ -46,11 +46,34 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from argus.collectors.errors import CollectorConfigError
-from argus.config import ConfigError, Settings, build_config, load_settings
+from argus.config import (
+    POSITIVE,
+    ConfigError,
+    Range,
+    Settings,
+    build_config,
+    check_ranges,
+    load_settings,
+)
 
 __all__ = ["KERNEL_BACKENDS", "CollectorConfig", "load_collector_config"]
 
 KERNEL_BACKENDS = ("auto", "cupti", "kineto", "cpu_ops")
+
+_POSITIVE = (
+    "kernels_period_steps",
+    "kernels_active_steps",
+    "kernels_max_events",
+    "max_queue_records",
+    "max_queue_bytes",
+    "message_timeout_ms",
+    "delivery_interval_ms",
+    "stacks_rate_hz",
+    "stacks_window_s",
+    "stacks_drill_rate_hz",
+)
+#: overhead_budget: a fraction of step time
+_RANGES = {**dict.fromkeys(_POSITIVE, POSITIVE), "overhead_budget": Range(gt=0, lt=1)}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -96,34 +119,11 @@ class CollectorConfig:
                 f"collectors.kernels_backend must be one of {', '.join(KERNEL_BACKENDS)}, "
                 f"got {self.kernels_backend!r}"
             )
-        positive = (
-            "kernels_period_steps",
-            "kernels_active_steps",
-            "kernels_max_events",
-            "max_queue_records",
-            "max_queue_bytes",
-            "message_timeout_ms",
-            "delivery_interval_ms",
-        )
-        for name in positive:
-            if getattr(self, name) <= 0:
-                raise CollectorConfigError(
-                    f"collectors.{name} must be > 0, got {getattr(self, name)!r}"
-                )
+        check_ranges(self, "collectors", _RANGES, error=CollectorConfigError)
         if self.kernels_active_steps > self.kernels_period_steps:
             raise CollectorConfigError(
                 "collectors.kernels_active_steps must be <= kernels_period_steps, got "
                 f"{self.kernels_active_steps} > {self.kernels_period_steps}"
-            )
-        for name in ("stacks_rate_hz", "stacks_window_s", "stacks_drill_rate_hz"):
-            if not getattr(self, name) > 0:
-                raise CollectorConfigError(
-                    f"collectors.{name} must be > 0, got {getattr(self, name)!r}"
-                )
-        if not 0.0 < self.overhead_budget < 1.0:
-            raise CollectorConfigError(
-                f"collectors.overhead_budget is a fraction of step time in (0, 1), "
-                f"got {self.overhead_budget!r}"
             )
 
     def validate(self) -> CollectorConfig:

@@ -6,9 +6,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from argus.config import ConfigError, build_config
+from argus.config import NON_NEGATIVE, POSITIVE, ConfigError, Range, build_config, check_ranges
 
 __all__ = ["PipelineConfig"]
+
+#: fields whose range is not ``> 0``; 0 turns max_skew_s, max_step_jump, producer_linger_s off
+_RANGES = {
+    "metrics_port": Range(ge=0, le=65535),
+    "max_skew_s": NON_NEGATIVE,
+    "max_step_jump": NON_NEGATIVE,
+    "producer_linger_s": NON_NEGATIVE,
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -165,16 +173,7 @@ class PipelineConfig:
     dlq_max_value_bytes: int = 900_000
 
     def __post_init__(self) -> None:
-        for f in fields(self):
-            v = getattr(self, f.name)
-            if f.name == "metrics_port":
-                if not 0 <= v < 65536:
-                    raise ConfigError(f"streams.metrics_port must be 0..65535, got {v}")
-            elif f.name in ("max_skew_s", "max_step_jump", "producer_linger_s"):  # 0: off
-                if v < 0:
-                    raise ConfigError(f"streams.{f.name} must be >= 0, got {v}")
-            elif v <= 0:
-                raise ConfigError(f"streams.{f.name} must be > 0, got {v}")
+        check_ranges(self, "streams", {f.name: _RANGES.get(f.name, POSITIVE) for f in fields(self)})
         if self.funnel_idle_s <= self.idle_close_s:
             raise ConfigError(
                 f"streams.funnel_idle_s ({self.funnel_idle_s}) must exceed streams.idle_close_s"

@@ -51,14 +51,14 @@ import functools
 import itertools
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 from scipy.ndimage import correlate1d
 
-from argus.config import ConfigError
+from argus.config import POSITIVE, ConfigError, Range, build_config, check_ranges
 from argus.errors import ArgusError
 from argus.summaries.quantile_wire import ENCODINGS
 
@@ -87,6 +87,21 @@ class SummaryInputError(ArgusError, ValueError):
 
     Bad *values* (zero, negative, NaN, inf durations) never raise; they are counted.
     """
+
+
+#: :class:`KdeConfig`'s numeric fields and their ranges
+_RANGES = {
+    "bandwidth_factor": POSITIVE,
+    "grid_points_per_bandwidth": Range(ge=1),
+    "max_grid_points": Range(ge=16),
+    "kernel_support": Range(ge=1),
+    "min_samples_per_side": Range(ge=1),
+    "min_log_gap": Range(ge=0),
+    "isolate_log_gap": POSITIVE,
+    "max_clusters": Range(ge=1, le=255),
+    "refine_passes": Range(ge=0, le=8),
+    "valley_depth": Range(gt=0, le=1),
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -182,21 +197,7 @@ class KdeConfig:
             raise ConfigError(
                 f"kde.bandwidth_rule must be scott or silverman, got {self.bandwidth_rule!r}"
             )
-        checks = {
-            "bandwidth_factor": self.bandwidth_factor > 0,
-            "grid_points_per_bandwidth": self.grid_points_per_bandwidth >= 1,
-            "max_grid_points": self.max_grid_points >= 16,
-            "kernel_support": self.kernel_support >= 1,
-            "min_samples_per_side": self.min_samples_per_side >= 1,
-            "min_log_gap": self.min_log_gap >= 0,
-            "isolate_log_gap": self.isolate_log_gap > 0,
-            "max_clusters": 1 <= self.max_clusters <= 255,
-            "refine_passes": 0 <= self.refine_passes <= 8,
-            "valley_depth": 0.0 < self.valley_depth <= 1.0,
-        }
-        for name, ok in checks.items():
-            if not ok:
-                raise ConfigError(f"kde.{name} out of range: {getattr(self, name)!r}")
+        check_ranges(self, "kde", _RANGES)
         if not self.method:
             raise ConfigError("kde.method must be a non-empty name")
 
@@ -205,21 +206,13 @@ class KdeConfig:
         """Build from a settings section (e.g. ``settings.section("streams").get("kde")``).
 
         ``method`` alone selects a preset (``kde-p50p99``, ``kde-q4i`` or ``kde-q7l``;
-        :data:`DEFAULT` when absent); other keys override its fields. Unknown keys raise
-        :class:`~argus.config.ConfigError`.
+        :data:`DEFAULT` when absent); other keys override its fields, converted and checked
+        by :func:`argus.config.build_config` (an unknown key or a bad value raises
+        :class:`~argus.config.ConfigError` naming it).
         """
         values = dict(values or {})
         base = config_for_method(str(values.pop("method", DEFAULT.method)))
-        known = set(cls.__dataclass_fields__)
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ConfigError(f"unknown kde settings {unknown}; known: {sorted(known)}")
-        if "quantile_levels" in values:
-            values["quantile_levels"] = tuple(values["quantile_levels"])
-        try:
-            return replace(base, **values)
-        except TypeError as exc:
-            raise ConfigError(f"bad kde settings: {exc}") from exc
+        return build_config(cls, values, section="kde", base=base)
 
 
 #: The paper's summary: Scott bandwidth, (count, p50, p99) per cluster.

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from argus.config import ConfigError
+from argus.config import NON_NEGATIVE, POSITIVE, ConfigError, Range, check_ranges
 from argus.kafka.security import Secret
 from argus.sinks.pagerduty.events import (
     DEFAULT_EVENTS_URL,
@@ -23,6 +23,14 @@ from argus.sinks.pagerduty.events import (
 )
 
 __all__ = ["PagerDutySettings"]
+
+_RANGES = {
+    "rate_limit_events": Range(ge=1),
+    "rate_limit_window_s": POSITIVE,
+    "request_timeout_s": POSITIVE,
+    "poll_timeout_s": POSITIVE,
+    "max_attempts": NON_NEGATIVE,
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,15 +68,7 @@ class PagerDutySettings:
     def __post_init__(self) -> None:
         if not self.events_url.startswith(("http://", "https://")):
             raise ConfigError(f"pagerduty.events_url must be http(s), got {self.events_url!r}")
-        if self.rate_limit_events < 1 or not self.rate_limit_window_s > 0:
-            raise ConfigError(
-                "pagerduty.rate_limit_events must be >= 1 and rate_limit_window_s > 0"
-            )
-        for name in ("request_timeout_s", "poll_timeout_s"):
-            if not getattr(self, name) > 0:
-                raise ConfigError(f"pagerduty.{name} must be > 0, got {getattr(self, name)}")
-        if self.max_attempts < 0:
-            raise ConfigError(f"pagerduty.max_attempts must be >= 0, got {self.max_attempts}")
+        check_ranges(self, "pagerduty", _RANGES)
         for name, attr in (
             ("initial_backoff_s", "initial_backoff_s"),
             ("rate_limited_backoff_s", "rate_limited_backoff_s"),
