@@ -39,8 +39,9 @@ The other sections are the frozen dataclasses of their components, named in
 :func:`build_config`, which converts strings from the environment by the field's type (booleans
 by :func:`parse_bool`), rejects an unknown key naming it, its section, where it came from (the
 environment variable, or the file) and the known keys, and validates the values (the
-dataclass's ``__post_init__``). :func:`load_settings` builds every section the file or the
-environment sets, so a bad value fails at load time, in ``argus config show`` as in a worker.
+dataclass's ``__post_init__``; numeric ranges through :func:`check_ranges`, one message for
+every section: ``<section>.<key> must be <range>, got <value>``). :func:`load_settings` builds
+every section the file or the environment sets, so a bad value fails at load time, in ``argus config show`` as in a worker.
 
 Lenient mode (``load_settings(lenient=True)``, used inside training processes by
 :mod:`argus.collectors`): a value that does not convert or validate, or an unknown key, is
