@@ -28,6 +28,8 @@ public class AdminProbe {
         p.putIfAbsent("default.api.timeout.ms", "8000");
         p.putIfAbsent("request.timeout.ms", "4000");
         p.putIfAbsent("reconnect.backoff.max.ms", "500");
+        // the calls run at once; each may take the client's whole API timeout, plus slack
+        long waitMs = Long.parseLong(p.getProperty("default.api.timeout.ms")) + 10_000L;
         String topic = (String) p.remove("probe.topic");
         if (topic == null) topic = "argus.alerts";
         String mark = UUID.randomUUID().toString().substring(0, 8);
@@ -49,7 +51,7 @@ public class AdminProbe {
             for (Map.Entry<String, KafkaFuture<?>> c : calls.entrySet()) {
                 String head = name + " " + c.getKey();
                 try {
-                    c.getValue().get(20, TimeUnit.SECONDS);
+                    c.getValue().get(waitMs, TimeUnit.MILLISECONDS);
                     out.add(head + " OK");
                 } catch (ExecutionException e) {
                     Throwable t = e.getCause();
