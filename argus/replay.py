@@ -156,31 +156,21 @@ def read_range(
     """
     import time
 
-    from confluent_kafka import Consumer, KafkaException, TopicPartition
+    from confluent_kafka import KafkaException, TopicPartition
 
+    from argus.kafka.read import consume_ranges, partitions, scratch_consumer
     from argus.schemas.codec import Codec
 
     codec = Codec(registry_url=getattr(settings, "schema_registry_url", "") or None)
     want = None if ranks is None else set(int(r) for r in ranks)
     key_prefix = f"{job}/".encode()
-    cons = Consumer(
-        settings.kafka_config(
-            **{
-                "group.id": f"argus-replay-{time.monotonic_ns()}",
-                "enable.auto.commit": False,
-                "auto.offset.reset": "earliest",
-                "enable.partition.eof": False,
-            }
-        )
-    )
     out: list[dict[str, Any]] = []
-    try:
+    with scratch_consumer(settings, "replay") as cons:
         try:
-            md = cons.list_topics(topic, timeout=10)
+            parts = partitions(cons, topic)
         except KafkaException as exc:
             raise ReplayError(f"{topic}: broker did not answer ({exc})") from exc
-        tmd = md.topics.get(topic)
-        if tmd is None or tmd.error is not None or not tmd.partitions:
+        if not parts:
             from argus.topics import TOPICS
 
             suffix = next((f".{t.suffix}" for t in TOPICS if topic.endswith(f".{t.suffix}")), "")
@@ -193,7 +183,6 @@ def read_range(
             raise ReplayError(
                 f"prefix: topic {topic} does not exist (check --prefix / [topics] prefix){hint}"
             )
-        parts = sorted(tmd.partitions)
         t_lo = max(0, (tr.start_ns - skew_ns) // 1_000_000)
         t_hi = -1 if lag_ns is None else (tr.end_ns + lag_ns) // 1_000_000
         for attempt in range(20):  # a new topic's leader may not be elected yet
@@ -217,62 +206,44 @@ def read_range(
         ranges: dict[int, tuple[int, int]] = {}
         for a, b in zip(lo, hi, strict=True):
             low, high = wm[a.partition]
-            start = a.offset if a.offset >= 0 else high
+            start = max(a.offset if a.offset >= 0 else high, low)
             end = b.offset if t_hi >= 0 and b.offset >= 0 else high
-            start = max(start, low)
             if end > start:
                 ranges[a.partition] = (start, end)
         total = sum(e - s for s, e in ranges.values())
-        if on_progress:
-            on_progress(topic, 0, total)
-        if not ranges:
-            return out
-        cons.assign([TopicPartition(topic, p, s) for p, (s, _e) in ranges.items()])
-        done: dict[int, int] = {p: 0 for p in ranges}
-        deadline = time.monotonic() + timeout_s
-        while ranges:
-            if time.monotonic() > deadline:
-                raise ReplayError(
-                    f"{topic}: read of {total} offsets timed out after {timeout_s:.0f} s"
-                )
-            msgs = cons.consume(num_messages=1000, timeout=0.5)
-            for m in msgs:
-                if m.error() is not None:
-                    continue
-                p, off = m.partition(), m.offset()
-                if p is None or off is None or p not in ranges:
-                    continue
-                start, end = ranges[p]
-                if off >= end:
-                    done[p] = end - start
-                    del ranges[p]
-                    continue
-                done[p] = off + 1 - start
-                if off + 1 >= end:
-                    del ranges[p]
-                key = m.key()
-                if key is not None and not key.startswith(key_prefix):
-                    continue
-                try:
-                    _name, rec = codec.decode(m.value())
-                except ArgusError as exc:
-                    where = f"{topic}[{p}]@{off}: {exc}"
-                    if errors is None:
-                        raise ReplayError(f"undecodable record {where}") from exc
-                    errors.append(where)
-                    continue
-                if rec.get("job") != job:
-                    continue
-                if want is not None and int(rec.get("rank", -1)) not in want:
-                    continue
-                if event_overlaps(rec, tr):
-                    out.append(rec)
-            if on_progress and msgs:
-                on_progress(topic, sum(done.values()), total)
-        if on_progress:
-            on_progress(topic, total, total)
-    finally:
-        cons.close()
+
+        def progress(done: int) -> None:
+            if on_progress:
+                on_progress(topic, done, total)
+
+        def timed_out(_left: object) -> ReplayError:
+            return ReplayError(
+                f"{topic}: read of {total} offsets timed out after {timeout_s:.0f} s"
+            )
+
+        progress(0)
+        for m in consume_ranges(
+            cons, topic, ranges, timeout_s=timeout_s, timed_out=timed_out, on_progress=progress
+        ):
+            key = m.key()
+            if key is not None and not key.startswith(key_prefix):
+                continue
+            try:
+                _name, rec = codec.decode(m.value())
+            except ArgusError as exc:
+                where = f"{topic}[{m.partition()}]@{m.offset()}: {exc}"
+                if errors is None:
+                    raise ReplayError(f"undecodable record {where}") from exc
+                errors.append(where)
+                continue
+            if rec.get("job") != job:
+                continue
+            if want is not None and int(rec.get("rank", -1)) not in want:
+                continue
+            if event_overlaps(rec, tr):
+                out.append(rec)
+        if ranges:
+            progress(total)
     return out
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from argus.drill.window import DrillWindow, Extent, explain_empty, window_around
 from argus.errors import ArgusError
+from argus.kafka.read import consume_ranges, partitions, scratch_consumer
 
 __all__ = [
     "DrillReadError",
@@ -29,21 +30,6 @@ class DrillReadError(ArgusError):
     """The broker did not answer, or a read timed out."""
 
 
-def _consumer(settings: Any) -> Any:
-    from confluent_kafka import Consumer
-
-    return Consumer(
-        settings.kafka_config(
-            **{
-                "group.id": f"argus-drill-{time.monotonic_ns()}",
-                "enable.auto.commit": False,
-                "auto.offset.reset": "earliest",
-                "enable.partition.eof": False,
-            }
-        )
-    )
-
-
 def topic_exists(settings: Any, topic: str) -> bool:
     """Whether ``topic`` exists with partitions.
 
@@ -54,24 +40,17 @@ def topic_exists(settings: Any, topic: str) -> bool:
     """
     from confluent_kafka import KafkaException
 
-    cons = _consumer(settings)
-    try:
-        md = cons.list_topics(topic, timeout=10)
-    except KafkaException as exc:
-        raise DrillReadError(f"{topic}: broker did not answer ({exc})") from exc
-    finally:
-        cons.close()
-    t = md.topics.get(topic)
-    return t is not None and t.error is None and bool(t.partitions)
+    with scratch_consumer(settings, "drill") as cons:
+        try:
+            return bool(partitions(cons, topic))
+        except KafkaException as exc:
+            raise DrillReadError(f"{topic}: broker did not answer ({exc})") from exc
 
 
 def topics_with_suffix(settings: Any, suffix: str) -> list[str]:
     """Every topic named ``<prefix>.<suffix>`` on the cluster (any prefix)."""
-    cons = _consumer(settings)
-    try:
+    with scratch_consumer(settings, "drill") as cons:
         md = cons.list_topics(timeout=10)
-    finally:
-        cons.close()
     return sorted(t for t in md.topics if t.endswith("." + suffix) or t == suffix)
 
 
@@ -99,48 +78,28 @@ def read_topic(
 
     codec = Codec(registry_url=getattr(settings, "schema_registry_url", "") or None)
     kp = key_prefix.encode() if key_prefix is not None else None
-    cons = _consumer(settings)
-    try:
-        md = cons.list_topics(topic, timeout=10)
-        tmd = md.topics.get(topic)
-        if tmd is None or tmd.error is not None or not tmd.partitions:
+    with scratch_consumer(settings, "drill") as cons:
+        parts = partitions(cons, topic)
+        if not parts:
             raise DrillReadError(f"topic {topic} does not exist")
         ranges: dict[int, tuple[int, int]] = {}
-        for p in sorted(tmd.partitions):
+        for p in parts:
             lo, hi = cons.get_watermark_offsets(TopicPartition(topic, p), 10)
-            if tail is not None:
-                lo = max(lo, hi - tail)
-            if hi > lo:
-                ranges[p] = (lo, hi)
-        if not ranges:
-            return
-        cons.assign([TopicPartition(topic, p, lo) for p, (lo, _h) in ranges.items()])
-        deadline = time.monotonic() + timeout_s
-        while ranges:
-            if time.monotonic() > deadline:
-                raise DrillReadError(f"{topic}: read timed out after {timeout_s:.0f} s")
-            for m in cons.consume(num_messages=1000, timeout=0.5):
-                if m.error() is not None:
-                    continue
-                p, off = m.partition(), m.offset()
-                if p is None or off is None or p not in ranges:
-                    continue
-                end = ranges[p][1]
-                if off + 1 >= end:
-                    del ranges[p]
-                if off >= end:
-                    continue
-                key = m.key() or b""
-                if kp is not None and not key.startswith(kp):
-                    continue
-                try:
-                    _name, rec = codec.decode(m.value())
-                except ArgusError:
-                    continue
-                _kind, ts = m.timestamp()
-                yield key.decode(errors="replace"), rec, (ts if ts and ts > 0 else None)
-    finally:
-        cons.close()
+            ranges[p] = (lo if tail is None else max(lo, hi - tail), hi)
+
+        def timed_out(_left: object) -> DrillReadError:
+            return DrillReadError(f"{topic}: read timed out after {timeout_s:.0f} s")
+
+        for m in consume_ranges(cons, topic, ranges, timeout_s=timeout_s, timed_out=timed_out):
+            key = m.key() or b""
+            if kp is not None and not key.startswith(kp):
+                continue
+            try:
+                _name, rec = codec.decode(m.value())
+            except ArgusError:
+                continue
+            _kind, ts = m.timestamp()
+            yield key.decode(errors="replace"), rec, (ts if ts and ts > 0 else None)
 
 
 def find_around(
@@ -270,8 +229,7 @@ def group_lags(settings: Any, prefix: str) -> list[dict[str, Any]]:
         return []
     described = admin.describe_consumer_groups(ids, request_timeout=10)
     out: list[dict[str, Any]] = []
-    cons = _consumer(settings)
-    try:
+    with scratch_consumer(settings, "drill") as cons:
         for gid in ids:
             try:
                 d = described[gid].result()
@@ -302,8 +260,6 @@ def group_lags(settings: Any, prefix: str) -> list[dict[str, Any]]:
                 if age is not None:
                     t["lag_s"] = max(t["lag_s"] or 0.0, age)
             out.append({"group": gid, "state": state, "members": members, "topics": topics})
-    finally:
-        cons.close()
     return out
 
 

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from argus.errors import ArgusError
+from argus.kafka.read import consume_ranges, partitions, scratch_consumer
 from argus.schemas import Codec
 
 __all__ = ["TailError", "identities_since"]
@@ -64,65 +64,43 @@ def identities_since(
         No such topic, the broker did not answer, or the read timed out. (A record of one
         of ``keys`` that does not decode is logged and skipped: a record argus wrote decodes.)
     """
-    from confluent_kafka import Consumer, KafkaException, TopicPartition
+    from confluent_kafka import KafkaException, TopicPartition
 
     want = {k.encode() for k in keys}
     out: set[str] = set()
     if not want:
         return out
     deadline = time.monotonic() + timeout_s
-    cons = Consumer(
-        settings.kafka_config(
-            **{
-                "group.id": f"argus-tail-{uuid.uuid4().hex[:12]}",
-                "enable.auto.commit": False,
-                "auto.offset.reset": "earliest",
-                "enable.partition.eof": False,
-            }
-        )
-    )
-    try:
+    with scratch_consumer(settings, "tail") as cons:
         try:
-            md = cons.list_topics(topic, timeout=10)
-            tmd = md.topics.get(topic)
-            if tmd is None or tmd.error is not None or not tmd.partitions:
+            parts = partitions(cons, topic)
+            if not parts:
                 raise TailError(f"topic {topic} does not exist")
-            parts = sorted(tmd.partitions)
             starts = cons.offsets_for_times(
                 [TopicPartition(topic, p, max(0, since_ms)) for p in parts], 10
             )
             ranges: dict[int, tuple[int, int]] = {}
             for tp in starts:
                 low, high = cons.get_watermark_offsets(TopicPartition(topic, tp.partition), 10)
-                start = max(tp.offset if tp.offset >= 0 else high, low)
-                if high > start:
-                    ranges[tp.partition] = (start, high)
+                ranges[tp.partition] = (max(tp.offset if tp.offset >= 0 else high, low), high)
         except KafkaException as exc:
             raise TailError(f"{topic}: broker did not answer ({exc})") from exc
-        if not ranges:
-            return out
-        cons.assign([TopicPartition(topic, p, s) for p, (s, _) in ranges.items()])
-        while ranges:
-            if time.monotonic() > deadline:
-                left = {p: f"{s}..{e}" for p, (s, e) in ranges.items()}
-                raise TailError(f"{topic}: tail not read within {timeout_s:.0f} s ({left} left)")
-            for m in cons.consume(num_messages=1000, timeout=0.5):
-                if m.error() is not None:
-                    continue
-                p, off = m.partition(), m.offset()
-                if p is None or off is None or p not in ranges:
-                    continue
-                end = ranges[p][1]
-                if off + 1 >= end:
-                    del ranges[p]
-                if off >= end or m.key() not in want:
-                    continue
-                try:
-                    _, rec = codec.decode(m.value())
-                except ArgusError as exc:
-                    log.warning("%s[%s]@%s: undecodable, skipped (%s)", topic, p, off, exc)
-                    continue
-                out.add(identity(rec))
-    finally:
-        cons.close()
+
+        def timed_out(left: dict[int, tuple[int, int]]) -> TailError:
+            unread = {p: f"{s}..{e}" for p, (s, e) in left.items()}
+            return TailError(f"{topic}: tail not read within {timeout_s:.0f} s ({unread} left)")
+
+        for m in consume_ranges(
+            cons, topic, ranges, timeout_s=deadline - time.monotonic(), timed_out=timed_out
+        ):
+            if m.key() not in want:
+                continue
+            try:
+                _, rec = codec.decode(m.value())
+            except ArgusError as exc:
+                log.warning(
+                    "%s[%s]@%s: undecodable, skipped (%s)", topic, m.partition(), m.offset(), exc
+                )
+                continue
+            out.add(identity(rec))
     return out
