@@ -43,7 +43,10 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from argus.detectors import l2  # noqa: E402
+import numpy as np  # noqa: E402
+
+from argus.detectors import funnel, l1, l2  # noqa: E402
+from argus.detectors.findings import Finding  # noqa: E402
 from tests.detectors.l2_noise import (  # noqa: E402
     SHORT,
     Fault,
@@ -156,11 +159,54 @@ def bench_drift(seeds: int) -> None:
     print(f"\nthermal drift 0.4 %/step from step {onset}, live: steps to first naming: {delays}")
 
 
+def bench_funnel() -> None:
+    """L1 on the job series after each step, L2 on 4-step sliding windows, the funnel over
+    10-step windows by each finding's last step (the engine's schedule, simplified)."""
+    r = 77
+    stalls = tuple(range(7, 120, 15))
+    comp = ("forward", "lm_head", "backward", "optimizer")
+    cases = {
+        "healthy + hiccups + checkpoints": (),
+        "1.5 s data_load stall /15": (Fault(r, "data_load", stall_ms=1500.0, steps=stalls),),
+        "400 ms backward stall /15": (Fault(r, "backward", stall_ms=400.0, steps=stalls),),
+        "thermal drift 0.4 %/step from 30": tuple(Fault(r, p, drift=0.004, onset=30) for p in comp),
+    }
+    print("\nfunnel triggers (window of 10 steps, ranks, levels), sigma 0.25, events:")
+    for name, faults in cases.items():
+        job = _job("events", 0.25, 2, faults)
+        it = job.iter_ms.max(axis=0) * 1e6
+        wins: dict[int, list[l2.GroupWindow]] = {}
+        for w in group_windows(job, 4, slide=1):
+            wins.setdefault(int(w.steps[-1]), []).append(w)
+        seen: set[str] = set()
+        buckets: dict[int, list[Finding]] = {}
+        for st in range(it.size):
+            fs = l1.detect(np.arange(st + 1), it[: st + 1], job="noise") if st else []
+            for w in wins.get(st, []):
+                fs += l2.detect(w)
+            for f in fs:
+                if f.id not in seen:
+                    seen.add(f.id)
+                    buckets.setdefault(f.window_end_step // 10, []).append(f)
+        state = funnel.FunnelState()
+        trig = []
+        for k in range(it.size // 10 + 3):
+            state, out = funnel.step(state, buckets.get(k, []))
+            trig += [
+                (k, a.get("ranks"), a.get("levels")) for a in out.alerts if a["action"] == "trigger"
+            ]
+        print(f"  {name:34s} {len(trig)}: {trig}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seeds", type=int, default=1)
     ap.add_argument("--no-faults", action="store_true")
+    ap.add_argument("--funnel-only", action="store_true")
     args = ap.parse_args()
+    if args.funnel_only:
+        bench_funnel()
+        return
     print(
         f"bench_l2_noise  {time.strftime('%Y-%m-%d %H:%M')}  python {sys.version.split()[0]}"
         f"  cpus {os.cpu_count()}  columns: {', '.join(WINDOWS)}"
@@ -169,6 +215,7 @@ def main() -> None:
     if not args.no_faults:
         bench_faults()
         bench_drift(args.seeds if args.seeds > 1 else 3)
+        bench_funnel()
 
 
 if __name__ == "__main__":
