@@ -220,7 +220,7 @@ def test_no_admin_call_without_credentials_through_listeners_or_controller(
     tls = {"security.protocol": "SSL", "ssl.truststore.type": "PEM"}
     tls["ssl.truststore.location"] = str(ca)
     # the allowed clients wait longer: on a loaded 2-core host a TLS login can take > 8 s
-    mtls = tls | {"ssl.keystore.type": "PEM", "default.api.timeout.ms": "30000"}
+    mtls = tls | {"ssl.keystore.type": "PEM", "default.api.timeout.ms": "60000"}
     mtls["ssl.keystore.location"] = str(cb.secrets / "kafka_keystore")
     ctl, srv = f"127.0.0.1:{cb.controller_port}", f"127.0.0.1:{cb.internal_port}"
     ext = f"localhost:{cb.external_port}"
@@ -228,7 +228,7 @@ def test_no_admin_call_without_credentials_through_listeners_or_controller(
     def scram(user: str) -> str:
         pw = (cb.secrets / f"kafka_{user}_password").read_text().strip()
         return scram_props(
-            tmp_path / f"{user}.p", user, pw, ca, **{"default.api.timeout.ms": "30000"}
+            tmp_path / f"{user}.p", user, pw, ca, **{"default.api.timeout.ms": "60000"}
         )
 
     refused = [

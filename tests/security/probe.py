@@ -51,7 +51,7 @@ def run_admin_probe(libs: Path, clients: list[tuple[str, str, str, str]]) -> dic
         [java, "-cp", f"{libs}/*", str(PROBE), *args],
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=400,
         check=False,
     )
     assert r.returncode == 0, r.stdout + r.stderr[-3000:]

@@ -37,7 +37,7 @@ PROBE_TOPIC = "argus.probe-configs"
 
 def _sasl(broker: SecureBroker, user: str, path: Path) -> str:
     pw = broker.broker.password_file(user).read_text().strip()
-    extra = {"probe.topic": PROBE_TOPIC, "default.api.timeout.ms": "30000"}
+    extra = {"probe.topic": PROBE_TOPIC, "default.api.timeout.ms": "60000"}
     return scram_props(path, user, pw, broker.broker.ca_file, **extra)
 
 
@@ -72,7 +72,7 @@ def test_no_admin_call_without_credentials_through_broker_or_controller(
     }
     mtls = ca_only | {
         "ssl.keystore.type": "PEM",
-        "default.api.timeout.ms": "30000",  # allowed: wait longer on a loaded host
+        "default.api.timeout.ms": "60000",  # allowed: wait longer on a loaded host
         "ssl.keystore.location": str(b.tls_dir / "broker-keystore.pem"),
     }
     refused = [
