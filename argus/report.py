@@ -30,6 +30,7 @@ import numpy.typing as npt
 from argus.detectors.config import DetectorsConfig
 from argus.diagnose import DiagnoseResult
 from argus.errors import ArgusError
+from argus.ranks import rank_ranges
 
 __all__ = [
     "ReportData",
@@ -335,20 +336,6 @@ def _primary_verdict(verdicts: Sequence[Any], focus: str | None) -> Any:
     )
 
 
-def _ranges(ranks: Sequence[int]) -> str:
-    """``[1, 2, 3, 7]`` -> ``"1-3, 7"``."""
-    rs = sorted(set(int(r) for r in ranks))
-    out: list[str] = []
-    i = 0
-    while i < len(rs):
-        j = i
-        while j + 1 < len(rs) and rs[j + 1] == rs[j] + 1:
-            j += 1
-        out.append(str(rs[i]) if i == j else f"{rs[i]}-{rs[j]}")
-        i = j + 1
-    return ", ".join(out)
-
-
 def _culprit_heat(
     v: Any, gws: Sequence[Any], max_ranks: int
 ) -> tuple[np.ndarray, list[int], list[int], str, list[int], float | None] | None:
@@ -442,7 +429,7 @@ def _headline(
     }.get(p.kind, p.kind)
     if c.kernels and p.kind == "straggler":
         what += f" (kernels {', '.join(c.kernels[:3])})"
-    who = f"ranks {_ranges(ranks)}" if ranks else "the whole job"
+    who = f"ranks {rank_ranges(ranks)}" if ranks else "the whole job"
     where = (
         f"{who} in {c.group_kind} group {c.group_id}"
         if c.ranks
@@ -701,7 +688,7 @@ def render_html(d: ReportData, *, title: str = "") -> str:
         if hl:
             parts.append(
                 "<div class='meta'>&#9654; red, outlined rows: the culprit's ranks "
-                + _e(_ranges([d.heat_ranks[i] for i in hl]))
+                + _e(rank_ranges([d.heat_ranks[i] for i in hl]))
                 + "</div>"
             )
     parts.append(f"<h2 id='w1'>W1 matrix (ms): {_e(d.w1_title or 'no flagged kernel')}</h2>")

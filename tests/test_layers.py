@@ -11,8 +11,9 @@ layer  modules                                             what
 0      ``argus`` (the package: ``__version__``),           errors, settings, broker security
        ``argus.config``, ``argus.errors``,
        ``argus.kafka.security``
-1      ``argus.schemas``, ``argus.routing``                codec, packed arrays, ``*.avsc``; the
-                                                           comparison groups anomaly keys name
+1      ``argus.schemas``, ``argus.routing``,               codec, packed arrays, ``*.avsc``; the
+       ``argus.ranks``                                     comparison groups anomaly keys name;
+                                                           rank lists as text
 2      ``argus.summaries``                                 KDE, log-normal, quantile wire,
                                                            summary records
 3      ``argus.detectors``                                 L1-L3, routing, findings, funnel
@@ -58,6 +59,7 @@ LAYERS: dict[str, int | str] = {
     "argus.kafka.security": 0,
     "argus.schemas": 1,
     "argus.routing": 1,
+    "argus.ranks": 1,  # rank lists as text (reports, alerts, commands)
     "argus.summaries": 2,
     "argus.detectors": 3,
     "argus.streams.windows": 4,

@@ -118,7 +118,7 @@ def ingest(
 
         res = run_ingest(path, opts, on_file=on_file, workers=workers)
     t_read = time.monotonic() - t0
-    from argus.report import _ranges
+    from argus.ranks import rank_ranges
 
     for s in res.skipped:
         click.secho(f"skipped {s}", fg="red", err=True)
@@ -126,7 +126,7 @@ def ingest(
         click.secho(f"warning: {w}", fg="yellow", err=True)
     click.echo(
         f"read {len(res.traces)} of {res.files} trace files ({res.n_events:,} events, "
-        f"{t_read:.1f} s): job {res.job}, world {res.world}, ranks {_ranges(res.ranks)}; "
+        f"{t_read:.1f} s): job {res.job}, world {res.world}, ranks {rank_ranges(res.ranks)}; "
         f"kernels from {'/'.join(res.kernel_sources)}"
     )
     if out_dir:

@@ -28,7 +28,7 @@ import numpy as np
 
 from argus.errors import ArgusError
 from argus.ingest.kineto import RankTrace, StepSpan, TraceError, group_by_step, read_kineto
-from argus.sim.simulate import _collector  # the simulator's step-record collector stats
+from argus.sim.simulate import offline_collector
 
 __all__ = [
     "RANK_FROM",
@@ -220,7 +220,7 @@ class IngestResult:
                 }
                 for p in sorted(tr.phases.get(sp.step, []), key=lambda p: (p.start_ns, p.name))
             ],
-            "collector": _collector(kernels),
+            "collector": offline_collector(kernels),
         }
 
     def _batch(self, tr: RankTrace, sp: StepSpan, sl: slice) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from argus.sim.scenarios import GroundTruth, Scenario, build, default_layout
 __all__ = [
     "STEP_GAP_MS",
     "SimRun",
+    "offline_collector",
     "publish",
     "simulate",
     "write_avro",
@@ -165,7 +166,7 @@ def simulate(
                     "host": hosts[r],
                     "coords": coords[r],
                     "phases": phases,
-                    "collector": _collector(bool(run.kernels and s % run.kernel_every == 0)),
+                    "collector": offline_collector(bool(run.kernels and s % run.kernel_every == 0)),
                 },
             )
         step_end = int(end_ns.max())
@@ -185,7 +186,10 @@ def simulate(
         t_ns = step_end + int(STEP_GAP_MS * 1e6)
 
 
-def _collector(kernels: bool) -> dict[str, Any]:
+def offline_collector(kernels: bool) -> dict[str, Any]:
+    """A step record's ``collector`` field for records made without a collector (the
+    simulator, ingested traces): no overhead, drops or errors; ``kernels``: this step's
+    kernels were recorded."""
     return {
         "overhead_ns": 0,
         "dropped_records": 0,
@@ -253,7 +257,7 @@ def _simulate_mega(run: SimRun) -> Iterator[tuple[str, str, dict[str, Any]]]:
                             "host": hosts[r],
                             "coords": coords[r],
                             "phases": phases,
-                            "collector": _collector(with_k),
+                            "collector": offline_collector(with_k),
                         },
                     )
                 )

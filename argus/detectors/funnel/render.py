@@ -28,6 +28,7 @@ from typing import Any
 
 from argus.detectors.findings import Finding
 from argus.detectors.funnel.join import Culprit, _waiting
+from argus.ranks import rank_ranges
 
 __all__ = [
     "MAX_IDS",
@@ -211,7 +212,7 @@ def alert_summary(rec: Mapping[str, Any]) -> str:
 def _culprit_text(ranks: Sequence[int], gk: str, gid: str) -> str:
     """``rank 7``, ``ranks 3-5``, ``ep group pp1.tp0.ep3`` or ``the whole job``."""
     if ranks:
-        return f"{'rank' if len(ranks) == 1 else 'ranks'} {_ranges(ranks)}"
+        return f"{'rank' if len(ranks) == 1 else 'ranks'} {rank_ranges(ranks, sep=',', most=16)}"
     return f"{gk} group {gid}" if gk and gk != "job" else "the whole job"
 
 
@@ -264,20 +265,6 @@ def _what_and_slower(c: Culprit) -> tuple[str, str, float | None]:
     if ratio is not None and ratio > 1.0 and p.kind != "missing_rank":
         return what, f"{ratio:.2f}x {peers}", ratio
     return what, "", ratio
-
-
-def _ranges(ranks: Sequence[int]) -> str:
-    out: list[str] = []
-    rs = sorted(ranks)
-    i = 0
-    while i < len(rs):
-        j = i
-        while j + 1 < len(rs) and rs[j + 1] == rs[j] + 1:
-            j += 1
-        out.append(str(rs[i]) if i == j else f"{rs[i]}-{rs[j]}")
-        i = j + 1
-    s = ",".join(out[:16])
-    return s + (f",... ({len(rs)} ranks)" if len(out) > 16 else "")
 
 
 def _details(v: Verdict) -> dict[str, str]:
