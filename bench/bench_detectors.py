@@ -355,6 +355,7 @@ def legacy_main(argv: list[str]) -> None:
 # -- issue 18: pages on production-hard jobs -----------------------------------------------------
 
 HEALTHY = ("mega-noise", "mega-jitter", "mega-uneven", "mega-checkpoint", "mega-hiccups")
+EXTRA_HEALTHY = ("mega-prod",)  # all properties at once (the faulty runs' base): with --only
 FAULTY = (
     "mega-gemm-gpu",
     "mega-gemm-kernel",
@@ -412,7 +413,9 @@ def bench_pages(args: argparse.Namespace) -> list[dict[str, Any]]:
     for size, hsteps in ((s, args.healthy_steps) for s in args.sizes):
         if size == 2048:
             hsteps = args.steps_2048
-        for i, name in enumerate(HEALTHY):
+        for i, name in enumerate(HEALTHY + EXTRA_HEALTHY):
+            if name in EXTRA_HEALTHY and name not in only:
+                continue
             plan.append((name, size, hsteps, kern.get(args.kernels, False), args.seed + i))
     for name in FAULTY:
         k = kern.get(args.kernels, name in KERNEL_FAULTS)
