@@ -33,7 +33,7 @@ import json
 import math
 import time
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from argus.detectors import l1, l2
@@ -173,14 +173,24 @@ class _Tier:
     ) -> None:  # pragma: no cover - each tier defines it
         raise NotImplementedError
 
-    async def _repeated(self, status: str, why: str) -> None:
-        """A report that was not new: ``"dup"`` (a replay, counted) or ``"late"`` (counted
-        and sent to the DLQ with the reason ``why``)."""
+    async def _settle(
+        self,
+        key: str,
+        st: Any,
+        status: windows.Status,
+        closed: list[windows.ClosedStep],
+        why: Callable[[], str],
+    ) -> None:
+        """The end of ``add``, after a new report was folded in: a report that was not new is
+        counted, ``"dup"`` (a replay) or ``"late"`` (also sent to the DLQ with the reason
+        ``why()``); then the steps it closed are closed."""
         if status == "dup":
             metrics.DUPLICATES.labels("steps").inc()
-        else:
+        elif status != "new":
             metrics.LATE.labels("steps").inc()
-            await self.ctx.late("steps", why)
+            await self.ctx.late("steps", why())
+        if closed:
+            await self.close(key, st, closed)
 
     @staticmethod
     def _outcome(c: windows.ClosedStep) -> str:
@@ -315,14 +325,16 @@ class StepBlocks(_Tier):
             if m["kernels"]:  # a kernel batch covers it: L3 scopes the funnel will wait for
                 scopes = m["world"] // self.routing.expected_size(m["coords"], "dp")
                 st["l3"][s] = max(scopes, st["l3"].get(s, 0))
-        else:
-            await self._repeated(
-                status,
+        await self._settle(
+            key,
+            st,
+            status,
+            closed,
+            lambda: (
                 f"late: step {m['step']} of {job} rank {m['rank']} closed without it (its"
-                f" block's watermark passed it by {self.lateness} steps)",
-            )
-        if closed:
-            await self.close(key, st, closed)
+                f" block's watermark passed it by {self.lateness} steps)"
+            ),
+        )
 
     async def close(self, key: str, st: BlockState, closed: list[windows.ClosedStep]) -> None:
         """One digest per closed step, L2 of the block's own groups judged after each step
@@ -464,14 +476,16 @@ class JobSteps(_Tier):
             )
             if m.get("hosts"):  # the funnel learns them with the next progress
                 st["hosts"] = {**st.get("hosts", {}), **m["hosts"]}
-        else:
-            await self._repeated(
-                status,
-                f"late: step {m['step']} of {job} block {m['block']} closed without its digest"
-                f" (the job's watermark passed it by {self.lateness} steps)",
-            )
-        if closed:
-            await self.close(job, st, closed)
+        await self._settle(
+            job,
+            st,
+            status,
+            closed,
+            lambda: (
+                f"late: step {m['step']} of {job} block {m['block']} closed without its"
+                f" digest (the job's watermark passed it by {self.lateness} steps)"
+            ),
+        )
 
     async def close(self, job: str, st: JobState, closed: list[windows.ClosedStep]) -> None:
         """L1 and L2 after each closed step, in step order, then one progress message."""
