@@ -206,6 +206,28 @@ def build_trace(
     def add(ts: int, kind: int, depth_key: int, fill: Any) -> None:
         todo.append((ts, kind, depth_key, next(seq), fill))
 
+    def add_slice(
+        track: int, a: int, b: int, depth: int, name: str, ann: Mapping[str, str] | None = None
+    ) -> None:
+        """A slice ``name`` on ``track`` from ``a`` to ``b`` (ns) at nesting ``depth``; at the
+        same time ends come before begins, deeper ends first, shallower begins first."""
+
+        def begin(te: Any) -> None:
+            te.type = TrackEvent.TYPE_SLICE_BEGIN
+            te.track_uuid = track
+            te.name = name
+            for k, v in (ann or {}).items():
+                da = te.debug_annotations.add()
+                da.name = k
+                da.string_value = v
+
+        def end(te: Any) -> None:
+            te.type = TrackEvent.TYPE_SLICE_END
+            te.track_uuid = track
+
+        add(a, 1, depth, begin)
+        add(b, 0, -depth, end)
+
     if marks:
         mu = next(uuid)
         m = builder.add_packet()
@@ -214,18 +236,7 @@ def build_trace(
         for (_a, _b, n), (a1, b1, depth) in zip(
             marks, nest([(x[0], x[1]) for x in marks]), strict=True
         ):
-
-            def fill_mark(te: Any, n: str = n, mu: int = mu) -> None:
-                te.type = TrackEvent.TYPE_SLICE_BEGIN
-                te.track_uuid = mu
-                te.name = n
-
-            def end_mark(te: Any, mu: int = mu) -> None:
-                te.type = TrackEvent.TYPE_SLICE_END
-                te.track_uuid = mu
-
-            add(a1, 1, depth, fill_mark)
-            add(b1, 0, -depth, end_mark)
+            add_slice(mu, a1, b1, depth, n)
     order = ["steps", "phases", "cuda stream", "CPU ops", "stacks"]
     for rk in sorted(ev):
         pu = next(uuid)
@@ -273,24 +284,7 @@ def build_trace(
                     stats.clipped += 1
                     ann = {**ann, "clipped_ns": str(max(b0, a0 + 1) - b)}
 
-                def fill_begin(
-                    te: Any, tu: int = tu, n: str = n, ann: dict[str, str] = ann
-                ) -> None:
-                    te.type = TrackEvent.TYPE_SLICE_BEGIN
-                    te.track_uuid = tu
-                    te.name = n
-                    for k, v in ann.items():
-                        da = te.debug_annotations.add()
-                        da.name = k
-                        da.string_value = v
-
-                def fill_end(te: Any, tu: int = tu) -> None:
-                    te.type = TrackEvent.TYPE_SLICE_END
-                    te.track_uuid = tu
-
-                # same time: ends before begins, deeper ends first, shallower begins first
-                add(a, 1, depth, fill_begin)
-                add(b, 0, -depth, fill_end)
+                add_slice(tu, a, b, depth, n, ann)
             stats.slices[rk][tname] = len(items)
     first = True
     for ts, _k, _d, _s, fill in sorted(todo, key=lambda x: x[:4]):
