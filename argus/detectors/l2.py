@@ -64,9 +64,10 @@ __all__ = [
 ]
 
 _MAD_TO_SIGMA = 1.4826
-MAX_FLOOR = 0.01
+MAX_FLOOR = 1.0 / 64.0
 """A rank at its floor (the slowest of every step) passes Holm only where the window can give
-``p <= MAX_FLOOR`` at all: 4 ranks x 4 steps (1/256) can, 16 ranks x 1 step (1/16) cannot."""
+``p <= MAX_FLOOR`` at all: 3 ranks x 4 steps (1/81) and 4 x 3 (1/64) can, one step of 16
+ranks (1/16) or of a 4-rank pipeline chain (1/4) cannot."""
 SCORE_LEVELS = 32
 """Quantisation of the per-step score: ``SCORE_LEVELS`` levels per ``log(outlier_ratio)``
 (about 4.4 % of the step median at the default 4x), so a score takes 2 x 32 + 1 values."""
@@ -492,7 +493,7 @@ def _judge(win: GroupWindow, step_ns: float, cfg: L2Config) -> _Judged | None:
         p[:, j], floor[:, j] = exceedance_p(
             k[:, :, j], valid[:, :, j], rows=np.flatnonzero(candidate[:, j])
         )
-    # a window that cannot say 1 % (one step of 16 ranks, a job's first steps in a group of
+    # a window that cannot say 1/64 (one step of 16 ranks, a job's first steps in a group of
     # 4) is no evidence of persistence: its floor does not pass (pairs have pair_ratio)
     candidate &= (floor <= MAX_FLOOR) | pair[None]
     cells = np.argwhere(candidate)

@@ -237,7 +237,7 @@ def test_the_slowest_gpus_of_a_two_percent_spread_are_not_named() -> None:
 
 def test_one_step_is_no_evidence_of_persistence() -> None:
     """A job's first step: the slowest of 4 ranks (a pipeline chain) in its only step sits at
-    its floor, 1/4; before the 1 % cap on floors it passed Holm and was named."""
+    its floor, 1/4; before the cap on floors (1/64) it passed Holm and was named."""
     d = np.full((4, 1), 50.0)
     d[2] = 200.0
     assert l2.detect(_window(d, 300.0, "compute")) == []
