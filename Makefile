@@ -3,7 +3,7 @@ PY      ?= python3
 VENV    ?= .venv
 BIN      = $(VENV)/bin
 ARGUS    = $(BIN)/argus
-EXTRAS  ?= dev,torch
+EXTRAS  ?= dev,torch,hf,lightning,megatron
 
 .PHONY: setup kafka-up kafka-down topics demo test test-fast lint typecheck bench clean fuzz soak \
         lock deps-latest chaos

@@ -29,7 +29,7 @@ from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = "argus-trace"
-TESTED_EXTRAS = ("dev", "registry", "torch")  # cupti needs a GPU: not tested, not pinned
+TESTED_EXTRAS = ("dev", "registry", "torch", "hf", "lightning", "megatron")  # cupti needs a GPU: not tested, not pinned
 UNTESTED_EXTRAS = ("cupti",)
 HEADER = """\
 # Tested versions of argus-trace's dependencies (extras {extras}; CPython {py}, {platform}).
