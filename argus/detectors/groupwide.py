@@ -37,7 +37,8 @@ Hosts come from the step records' ``host``; a rank without one is on host ``node
 (``gpus_per_host``, 8 GPUs a node: the default assumption, written down in
 ``docs/detectors.md``). Findings are level L2 (they are computed from the step records'
 phases), kind ``group_divergence``, no ranks (``evidence["members"]``: the host's or group's
-ranks), so the funnel makes each a culprit keyed by host or group.
+ranks), role ``transfer``, phase the slowest collective's, so the funnel makes each a culprit
+keyed by host or group (its dedup key leaves the phase out: it may change between windows).
 """
 
 from __future__ import annotations
@@ -297,7 +298,7 @@ def _stages(
     id ``pp<stage>`` (its members: every rank of those groups, on the stage's hosts) when
     pooled against the other stages' groups it reaches ``stage_ratio`` (stages are uneven
     by design, up to +25 %) and no named host explains it; one finding per (kind, stage),
-    the slowest phase giving the score.
+    the slowest phase giving the score and the phase.
     """
     cfg, iter_ns = win.cfg, win.iter_ns
     scfg = replace(cfg, min_ratio=cfg.stage_ratio)
@@ -321,7 +322,7 @@ def _stages(
     out = []
     for (kind, st), ev in sorted(best.items()):
         f = _finding(win, kind, f"pp{st}", ev)
-        out.append(replace(f, phase=None, evidence={**f.evidence, "role": "transfer"}))
+        out.append(f)
     return out
 
 
@@ -403,7 +404,7 @@ def _finding(
         group_kind=kind,
         group_id=gid,
         ranks=(),
-        phase=None if kind == "host" else g0.phase,
+        phase=g0.phase,  # the slowest; the funnel keys transfer culprits without it
         window_start_step=int(steps[0]),
         window_end_step=int(steps[-1]),
         window_start_ns=start_ns,

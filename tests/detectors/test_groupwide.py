@@ -150,7 +150,7 @@ def test_a_nic_its_pipeline_hides_names_its_stage() -> None:
     # stage 1's DP groups are 1.6x the other stages' (the last stage's +25 % by design is not)
     fs = groupwide.detect(job(DENSE, slow_host="h20", seed=5, p2p_nic=False), _hosts(DENSE))
     assert _named(fs) == [("dp", "pp1")]
-    assert fs[0].phase is None and len(eval(fs[0].evidence["members"])) == 128
+    assert fs[0].phase == "grads_reduce_scatter" and len(eval(fs[0].evidence["members"])) == 128
 
 
 def test_hosts_default_to_8_gpus_a_node() -> None:

@@ -57,8 +57,13 @@ class Culprit:
 
     @property
     def dedup_key(self) -> str:
-        """Stable per culprit: ``job/group_kind/group_id/ranks/phase-or-kernel``."""
-        what = self.phase or (self.kernels[0] if self.kernels else self.kind)
+        """Stable per culprit: ``job/group_kind/group_id/ranks/phase-or-kernel``; a host's,
+        group's or stage's slow transfer (:mod:`argus.detectors.groupwide`) is keyed by its
+        kind instead of its slowest phase, which may change between windows."""
+        if self.primary.evidence.get("role") == "transfer":
+            what = self.kind
+        else:
+            what = self.phase or (self.kernels[0] if self.kernels else self.kind)
         ranks = ",".join(str(r) for r in self.ranks) or "-"
         return f"{self.job}/{self.group_kind}/{self.group_id}/{ranks}/{what}"
 

@@ -249,7 +249,7 @@ def _what_and_slower(c: Culprit) -> tuple[str, str, float | None]:
     what = {
         "straggler": f"late into {c.phase} (peers waited)" if late else f"straggler in {c.phase}",
         "kernel_divergence": f"kernel {kernel} diverged",
-        "group_divergence": f"collective/kernel {p.kernel} slow for the whole group",
+        "group_divergence": f"collective/kernel {p.kernel or c.phase} slow for the whole group",
         "regression": f"iteration time regressed {p.baseline:.1f} -> {p.observed:.1f} ms",
         "jitter": f"iteration-time spikes {p.observed:.1f} ms vs {p.baseline:.1f} ms",
     }.get(p.kind, p.kind)
