@@ -158,13 +158,13 @@ def test_acl_layout() -> None:
     for s in ("summary.kernels", "summary.stacks", "anomalies", "alerts", "dlq"):
         assert ("worker", "topic", t[s], "WRITE") in grants
     assert not any(u == "worker" and n == t["control"] for u, _, n, _ in grants)
-    # ops read findings; PagerDuty reads alerts only
+    # ops read findings; PagerDuty reads alerts, and jobs for the culprit ranks' hosts
     for s in ("anomalies", "alerts", "summary.kernels"):
         assert ("ops", "topic", t[s], "READ") in grants
     pd_reads = {
         n for u, res, n, op in grants if u == "pagerduty" and op == "READ" and res == "topic"
     }
-    assert pd_reads == {t["alerts"]}
+    assert pd_reads == {t["alerts"], t["jobs"]}
     # nobody but admin may create the wire topics
     assert not any(op == "CREATE" and n in t.values() for _, _, n, op in grants)
     script = kafka_acls_script(rules, "b:9093")
