@@ -22,7 +22,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -419,12 +419,28 @@ def build_app(
         detectors=detectors,
         durable=install(app),
     )
+    _idempotent_producer(app)
     recovery_seek.install(app)  # a faust 0.15 race that drops input after recovery
     static_membership.install(app)  # a static member still leaves its group on a clean stop
     watch_sends(ctx)
     for role in roles:
         _registrar(role)(ctx)
     return app, ctx
+
+
+def _idempotent_producer(app: faust.App) -> None:
+    """The worker's producer is idempotent (``acks=all``, ``enable_idempotence``), as the
+    collectors' is: a retried send after a broker failover or a lost acknowledgement is not
+    written twice. faust turns idempotence on only inside transactions
+    (``Producer._settings_extra``), so this instance adds it; the threaded producer takes
+    its settings from the same instance."""
+    prod: Any = app.producer  # the aiokafka driver's Producer
+    base = prod._settings_extra
+
+    def extra() -> Mapping[str, Any]:
+        return {**base(), "acks": "all", "enable_idempotence": True}
+
+    prod._settings_extra = extra
 
 
 async def guarded(
