@@ -25,12 +25,18 @@ def test_unreachable_broker_drops_and_counts_without_blocking() -> None:
         message_timeout_ms=1000,
     )
     try:
-        worst = 0
+        took = []
         for _ in range(5000):
             t0 = time.perf_counter_ns()
             p.submit("argus.dlq", b"k", "dlq_record", DLQ, 150)
-            worst = max(worst, time.perf_counter_ns() - t0)
-        assert worst < 20_000_000, f"submit blocked for {worst / 1e6:.1f} ms"
+            took.append(time.perf_counter_ns() - t0)
+        # a submit that waited for the full queue would wait on (nearly) every call once the
+        # queue is full: the 99th percentile shows it; a single slow call is the scheduler of
+        # a loaded host (the max alone failed under load average 20 with no wait in submit)
+        took.sort()
+        p99, worst = took[len(took) * 99 // 100], took[-1]
+        assert p99 < 2_000_000, f"submit p99 {p99 / 1e6:.2f} ms: it waits"
+        assert worst < 500_000_000, f"submit blocked for {worst / 1e6:.1f} ms"
         # bounded: at most max_records in our queue plus max_records in librdkafka's
         assert p.queue_depth <= 2 * 50
         deadline = time.monotonic() + 10
