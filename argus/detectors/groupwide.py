@@ -53,7 +53,15 @@ import numpy as np
 from argus.detectors.findings import Finding
 from argus.detectors.l2 import GroupWindow
 
-__all__ = ["GroupStat", "GroupwideConfig", "detect", "group_stats", "hosts_of"]
+__all__ = [
+    "GroupStat",
+    "GroupwideConfig",
+    "detect",
+    "detect_stats",
+    "group_stats",
+    "hosts_of",
+    "stage_of",
+]
 
 
 @dataclass(frozen=True)
@@ -103,7 +111,8 @@ def hosts_of(records: Iterable[Mapping[str, object]], gpus_per_host: int = 8) ->
     return out
 
 
-def _stage(group_id: str) -> int | None:
+def stage_of(group_id: str) -> int | None:
+    """The pipeline stage a group id fixes (``pp<N>`` in it), None when it varies pp."""
     for part in group_id.split("."):
         if part[:2] == "pp" and part[2:].isdigit():
             return int(part[2:])
@@ -141,7 +150,7 @@ def group_stats(windows: Sequence[GroupWindow]) -> tuple[np.ndarray, list[GroupS
                     w.group_id,
                     phase,
                     tuple(int(r) for r in w.ranks),
-                    _stage(w.group_id),
+                    stage_of(w.group_id),
                     t,
                 )
             )
@@ -229,13 +238,35 @@ def detect(
         ``group_divergence`` findings at level L2, group kind ``host`` (id: the host) or the
         slow group's own; sorted by (group kind, group id).
     """
-    cfg = cfg or GroupwideConfig()
     if not windows:
         return []
-    job = windows[0].job
-    start_ns = min(int(w.start_ns) for w in windows)
-    end_ns = max(int(w.end_ns) for w in windows)
     steps, stats, iter_ns = group_stats(windows)
+    return detect_stats(
+        windows[0].job,
+        steps,
+        stats,
+        iter_ns,
+        (min(int(w.start_ns) for w in windows), max(int(w.end_ns) for w in windows)),
+        hosts,
+        cfg,
+    )
+
+
+def detect_stats(
+    job: str,
+    steps: np.ndarray,
+    stats: Sequence[GroupStat],
+    iter_ns: float,
+    span_ns: tuple[int, int],
+    hosts: Mapping[int, str] | None = None,
+    cfg: GroupwideConfig | None = None,
+) -> list[Finding]:
+    """:func:`detect` on transfer times already reduced (:func:`group_stats`): ``steps`` (S,),
+    every ``stats[i].t_ns`` (S,), ``iter_ns`` the window's median iteration time and
+    ``span_ns`` its (start, end) ns. The stream's job tier calls it with the stats its rank
+    blocks reduced, so no worker needs every group's raw window."""
+    cfg = cfg or GroupwideConfig()
+    start_ns, end_ns = span_ns
     if steps.size == 0:
         return []
     hosts = dict(hosts or {})

@@ -31,7 +31,13 @@ __all__ = [
     "StepCell",
     "StepItem",
     "StepProgress",
+    "TransferRow",
 ]
+
+
+TransferRow = tuple[str, str, str, list[int], float | None]
+"""One group's transfer time at one step: (kind, group id, phase, members, ns or None)
+(:mod:`argus.streams.roles.transfer`)."""
 
 
 class StepItem(TypedDict):
@@ -89,6 +95,7 @@ class Digest(TypedDict):
     l3_scopes: NotRequired[int]
     group_windows: NotRequired[list[dict[str, Any]]]  # spanning groups (window_to_json)
     ids: NotRequired[dict[str, int]]  # findings made by the block -> window end step
+    transfer: NotRequired[list[TransferRow]]  # the block's own groups' transfer times
     hosts: NotRequired[dict[str, str]]  # rank -> host (the block's first step, then every 64)
 
 

@@ -56,6 +56,7 @@ from argus.streams.roles.state import (
     StepItem,
     StepProgress,
 )
+from argus.streams.roles.transfer import TransferWindows, transfer_rows
 from argus.streams.step_digest import (
     block_key,
     block_of,
@@ -229,6 +230,19 @@ class _L2Steps:
         if whole is not None:
             self.cache.setdefault(whole[0], {})[step] = whole[1]
 
+    def joined(self, key: str, job: str, step: int, blocks: Sequence[int]) -> list[GroupWindow]:
+        """The windows of ``step`` joined across ``blocks``: once per step, again only after
+        a restart (or once the key left the cache)."""
+        cache = self.cache.setdefault(key, {})
+        cached = cache.get(step)
+        if cached is None:
+            cached = cache[step] = merge_group_windows(
+                window_from_json(job, g)
+                for blk in blocks
+                for g in self.table.get(f"{job}|{step}|b{blk}") or ()
+            )
+        return cached
+
     def run(self, key: str, job: str, h: BlockHistory) -> list[Finding]:
         # one entry per step, in step order: a restart may close a step again (the history
         # table's changelog can be ahead of the window state's), and rows are tuples when
@@ -248,14 +262,7 @@ class _L2Steps:
         t0 = time.perf_counter()
         parts: list[GroupWindow] = []
         for step, blocks in h["recent"]:
-            cached = cache.get(step)
-            if cached is None:  # joined once per step; again only after a restart
-                cached = cache[step] = merge_group_windows(
-                    window_from_json(job, g)
-                    for blk in blocks
-                    for g in self.table.get(f"{job}|{step}|b{blk}") or ()
-                )
-            parts += cached
+            parts += self.joined(key, job, step, blocks)
         out: list[Finding] = []
         for win in merge_group_windows(parts):
             out += l2.detect(win, self.ctx.detectors.l2)
@@ -371,6 +378,7 @@ class StepBlocks(_Tier):
                     else:
                         up.append(window_to_json(w))
                 self.l2.store(job, c.step, blk, [window_to_json(w) for w in own], whole=(key, own))
+                digest["transfer"] = transfer_rows(own)  # the job tier compares all groups
                 h["recent"].append((c.step, [blk]))
                 sent = await emit_findings(
                     self.ctx, self.l2.run(key, job, h), h["emitted"], "steps"
@@ -448,6 +456,7 @@ class JobSteps(_Tier):
         self.block_ranks = ctx.pcfg.steps_block_ranks
         self.hist = ctx.table("steps-history")
         self.l2 = _L2Steps(ctx, "steps-digests")
+        self.transfer = TransferWindows(ctx)
         self.progress = ctx.internal_topic("funnel-jobs")
 
     def new(self, key: str) -> JobState:
@@ -465,6 +474,7 @@ class JobSteps(_Tier):
         )
         if status == "new":
             self.l2.store(job, m["step"], m["block"], m.get("group_windows") or [])
+            self.transfer.keep(job, m["step"], f"b{m['block']}", m.get("transfer") or [])
             s = str(m["step"])
             prev = st["agg"].get(s)
             st["agg"][s] = JobStepAggregate(
@@ -476,6 +486,7 @@ class JobSteps(_Tier):
             )
             if m.get("hosts"):  # the funnel learns them with the next progress
                 st["hosts"] = {**st.get("hosts", {}), **m["hosts"]}
+                self.transfer.keep_hosts(job, m["hosts"])
         await self._settle(
             job,
             st,
@@ -516,6 +527,11 @@ class JobSteps(_Tier):
                 found += self._l1(job, h)
             if "l2" in self.levels:
                 found += self.l2.run(job, job, h)
+                joined = self.l2.joined(job, job, c.step, list(c.ranks))
+                self.transfer.keep(job, c.step, "job", transfer_rows(joined))
+                found += self.transfer.closed(
+                    job, c.step, agg["iter_ns"], (a, b), blocks_in(world, self.block_ranks)
+                )
             if incomplete:
                 found = [_incomplete(f, c.step) for f in found]
             sent = await emit_findings(self.ctx, found, h["emitted"], "steps")
