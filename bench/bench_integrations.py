@@ -3,8 +3,8 @@
     .venv/bin/python bench/bench_integrations.py --pairs 2 --steps 60
 
 For each example (``examples/hf_trainer.py``, ``examples/lightning_ddp.py``,
-``examples/megatron_timers.py``; 2 ranks over gloo, one core per rank on a 2-core machine,
-no straggler): ``--pairs`` pairs of runs, collectors off then on (the callback or
+``examples/megatron_timers.py``, ``examples/fsdp2_mlp.py``; 2 ranks over gloo, one core per
+rank on a 2-core machine, no straggler): ``--pairs`` pairs of runs, collectors off then on (the callback or
 ``instrument_timers`` present or not; fresh processes each run), against the real local
 broker under a private topic prefix. Per run, rank 0's training time (inside ``train()``/
 ``fit()``, start-up excluded) and, with collectors on, their own CPU: the training thread's
@@ -29,7 +29,12 @@ import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-EXAMPLES = ("examples.hf_trainer", "examples.lightning_ddp", "examples.megatron_timers")
+EXAMPLES = (
+    "examples.hf_trainer",
+    "examples.lightning_ddp",
+    "examples.megatron_timers",
+    "examples.fsdp2_mlp",
+)
 
 
 def run_once(module: str, steps: int, collect: bool, env: dict[str, str]) -> dict[str, float]:
