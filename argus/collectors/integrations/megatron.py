@@ -8,7 +8,8 @@ training step with named timers, ``timers("forward-compute", log_level=2).start(
 ``.stop()``. :func:`instrument_timers` makes every ``timers(name)`` call return the framework's
 timer wrapped so that its ``start``/``stop`` also open/close the argus phase the name maps to
 (:data:`MEGATRON_PHASES`; names not in the mapping are left alone, and so is the framework's
-own timing, logging and ``DummyTimer`` for log levels it does not record). With
+own timing and logging; a name above the framework's log level, for which it hands out its
+``DummyTimer``, is still timed by argus). With
 ``auto_step`` (default) the end of the ``optimizer`` timer closes the step and opens the
 next, so no other line is needed; else wrap each iteration in ``argus.collectors.step(i)``.
 
