@@ -28,6 +28,7 @@ from argus.schemas.arrays import pack, unpack
 __all__ = [
     "EVENT_BYTES",
     "MAX_PARTS",
+    "PART_REASONS",
     "Incomplete",
     "PartAssembler",
     "PartError",
@@ -49,6 +50,10 @@ _COLUMNS = (
     ("duration_ns", "int64"),
 )
 _SLACK = 64  # Avro length prefixes of four bytes columns, two arrays' block counts, part/parts
+
+
+PART_REASONS = ("bad-part", "incomplete-batch")
+"""The DLQ reasons of :class:`PartError`."""
 
 
 class PartError(ArgusError, ValueError):

@@ -12,13 +12,19 @@ import pytest
 from hypothesis import given
 
 from argus.errors import ArgusError
+from argus.schemas.kernel_parts import PART_REASONS
 from argus.streams.validate import REASONS, Checker, Limits
 
 from . import paths
 from .strategies import FUZZ, agent_input, good_records
 from .test_fuzz_codec import DECODE_REASONS
 
-KNOWN = DECODE_REASONS | set(REASONS) | {"bad-column", "bad-name-index", "bad-summary"}
+KNOWN = (
+    DECODE_REASONS
+    | set(REASONS)
+    | set(PART_REASONS)
+    | {"bad-column", "bad-name-index", "bad-summary"}
+)
 
 
 def outcome(name: str, raw: bytes) -> Any:

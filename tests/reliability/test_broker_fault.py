@@ -71,16 +71,19 @@ def test_broker_restart_mid_job_loses_nothing_acknowledged(
         ).start()
         for roles in SPLIT
     ]
-    prod = RecordProducer(settings.kafka_config(), max_records=5_000)
     submitted = {"raw.steps": 0, "raw.kernels": 0}
     acked = {"raw.steps": 0, "raw.kernels": 0}
 
-    def on_delivery(err: Any, msg: Any) -> None:  # count acknowledgements per topic
-        RecordProducer._on_delivery(prod, err, msg)
-        if err is None:
-            acked[msg.topic().removeprefix("argus.")] += 1
+    class Counting(RecordProducer):
+        """Counts acknowledgements per topic (the producer hands its one delivery callback
+        to librdkafka when it is made, so it is overridden in a subclass)."""
 
-    prod._on_delivery = on_delivery  # type: ignore[method-assign]
+        def _on_delivery(self, err: Any, msg: Any) -> None:
+            super()._on_delivery(err, msg)
+            if err is None:
+                acked[msg.topic().removeprefix("argus.")] += 1
+
+    prod = Counting(settings.kafka_config(), max_records=5_000)
     worst_submit_s, max_depth = 0.0, 0
     watch = None
     try:
