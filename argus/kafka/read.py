@@ -43,18 +43,25 @@ def scratch_consumer(settings: Any, purpose: str) -> Iterator[Any]:
         cons.close()
 
 
-def partitions(cons: Any, topic: str, timeout_s: float = 10.0) -> list[int]:
+def partitions(cons: Any, topic: str, timeout_s: float = 10.0, settle_s: float = 3.0) -> list[int]:
     """Partition ids of ``topic``, ascending; empty when the topic does not exist.
+
+    A topic created a moment ago may be unknown to the broker answering, or have no leader
+    yet: it is asked again for up to ``settle_s`` before it counts as missing.
 
     Raises
     ------
     confluent_kafka.KafkaException
         The broker did not answer within ``timeout_s``.
     """
-    tmd = cons.list_topics(topic, timeout=timeout_s).topics.get(topic)
-    if tmd is None or tmd.error is not None:
-        return []
-    return sorted(tmd.partitions)
+    deadline = time.monotonic() + settle_s
+    while True:
+        tmd = cons.list_topics(topic, timeout=timeout_s).topics.get(topic)
+        if tmd is not None and tmd.error is None and tmd.partitions:
+            return sorted(tmd.partitions)
+        if time.monotonic() >= deadline:
+            return []
+        time.sleep(0.2)
 
 
 def consume_ranges(

@@ -160,8 +160,13 @@ def test_three_brokers_replicate_every_write(cluster: Cluster) -> None:
             ("transaction.state.log.min.isr", "2"),
         ):
             assert props[key] == want, (n.id, key)
-    md = AdminClient(cluster.settings.kafka_config()).list_topics(timeout=20)
-    assert sorted(md.brokers) == [1, 2, 3]
+    # every node registered: a broker's metadata can lag the others' a moment (a node seen
+    # by one broker and not yet by the one answering, on a loaded host), so ask until 60 s
+    probe = AdminClient(cluster.settings.kafka_config())
+    deadline = time.monotonic() + 60
+    while sorted(probe.list_topics(timeout=20).brokers) != [1, 2, 3]:
+        assert time.monotonic() < deadline, probe.list_topics(timeout=20).brokers
+        time.sleep(0.5)
     prefix = "c1.argus"
     create_topics(cluster.settings, prefix=prefix, partitions=2, replication=3)
     admin = AdminClient(cluster.settings.kafka_config())
