@@ -10,7 +10,9 @@ Every default says where it comes from: **paper** (arXiv 2606.20374, via the not
     [detectors.l3]
     iqr_alpha = 2.0
 
-or from the environment: ``ARGUS_DETECTORS__L2__Z=4``.
+or from the environment: ``ARGUS_DETECTORS__L2__Z=4``. Each level's value ranges are a table
+(``_L1_RANGES`` ...) checked by :func:`argus.config.check_ranges`, so a bad value reads as in
+every section: ``detectors.l2.alpha must be in (0, 1), got 1.0``.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from argus.config import build_config
+from argus.config import NON_NEGATIVE, POSITIVE, Range, build_config, check_ranges
 from argus.errors import DetectorConfigError
 
 __all__ = [
@@ -30,6 +32,46 @@ __all__ = [
     "L3Config",
     "config_from_mapping",
 ]
+
+
+_AT_LEAST_1 = Range(ge=1)
+_PROBABILITY = Range(gt=0, lt=1)
+#: each level's value ranges (:func:`argus.config.check_ranges`), checked in this order
+_L1_RANGES = {
+    **dict.fromkeys(("window", "min_history", "cp_min_segment", "smooth"), POSITIVE),
+    **dict.fromkeys(("spike_ratio", "cp_min_ratio"), _AT_LEAST_1),
+    **dict.fromkeys(("merge_gap", "cp_min_effect"), NON_NEGATIVE),
+}
+_L2_RANGES = {
+    **dict.fromkeys(("z", "mad_floor", "min_steps", "burst_z"), POSITIVE),
+    **dict.fromkeys(
+        (
+            "min_excess",
+            "min_effect",
+            "cv",
+            "min_abs_ms",
+            "late_step_share",
+            "min_step_share",
+            "spike_step_share",
+        ),
+        NON_NEGATIVE,
+    ),
+    "pair_ratio": _AT_LEAST_1,
+    "alpha": _PROBABILITY,
+    "outlier_ratio": Range(gt=1),
+}
+_L3_RANGES = {
+    **dict.fromkeys(
+        ("iqr_alpha", "min_rel_w1", "min_rel_w1_comm", "min_median_ratio"), NON_NEGATIVE
+    ),
+    **dict.fromkeys(("n_probs", "pairwise_max", "min_events"), POSITIVE),
+    **dict.fromkeys(("min_ranks", "min_groups", "rank_test_min_ranks"), Range(ge=2)),
+    **dict.fromkeys(("group_alpha", "rank_alpha"), _PROBABILITY),
+}
+_FUNNEL_RANGES = {
+    "trigger_confidence": Range(gt=0, le=1),
+    **dict.fromkeys(("resolve_after", "l3_only_persistence"), POSITIVE),
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,9 +114,7 @@ class L1Config:
     smooth: int = 5
 
     def __post_init__(self) -> None:
-        _positive(self, "window", "min_history", "cp_min_segment", "smooth")
-        _at_least(self, 1.0, "spike_ratio", "cp_min_ratio")
-        _at_least(self, 0.0, "merge_gap", "cp_min_effect")
+        check_ranges(self, "detectors.l1", _L1_RANGES, error=DetectorConfigError)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -179,23 +219,7 @@ class L2Config:
     spike_step_share: float = 0.25
 
     def __post_init__(self) -> None:
-        _positive(self, "z", "mad_floor", "min_steps", "burst_z")
-        _at_least(
-            self,
-            0.0,
-            "min_excess",
-            "min_effect",
-            "cv",
-            "min_abs_ms",
-            "late_step_share",
-            "min_step_share",
-            "spike_step_share",
-        )
-        _at_least(self, 1.0, "pair_ratio")
-        if not 0.0 < self.alpha < 1.0:
-            raise DetectorConfigError(f"l2.alpha must be in (0, 1), got {self.alpha}")
-        if not self.outlier_ratio > 1.0:
-            raise DetectorConfigError(f"l2.outlier_ratio must be > 1, got {self.outlier_ratio}")
+        check_ranges(self, "detectors.l2", _L2_RANGES, error=DetectorConfigError)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -292,13 +316,7 @@ class L3Config:
     match_stream: bool = True
 
     def __post_init__(self) -> None:
-        _at_least(self, 0.0, "iqr_alpha", "min_rel_w1", "min_rel_w1_comm", "min_median_ratio")
-        _positive(self, "n_probs", "pairwise_max", "min_events")
-        _at_least(self, 2.0, "min_ranks", "min_groups", "rank_test_min_ranks")
-        if not 0.0 < self.group_alpha < 1.0:
-            raise DetectorConfigError(f"l3.group_alpha must be in (0, 1), got {self.group_alpha}")
-        if not 0.0 < self.rank_alpha < 1.0:
-            raise DetectorConfigError(f"l3.rank_alpha must be in (0, 1), got {self.rank_alpha}")
+        check_ranges(self, "detectors.l3", _L3_RANGES, error=DetectorConfigError)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -333,11 +351,7 @@ class FunnelConfig:
     )
 
     def __post_init__(self) -> None:
-        if not 0.0 < self.trigger_confidence <= 1.0:
-            raise DetectorConfigError(
-                f"funnel.trigger_confidence must be in (0, 1], got {self.trigger_confidence}"
-            )
-        _positive(self, "resolve_after", "l3_only_persistence")
+        check_ranges(self, "detectors.funnel", _FUNNEL_RANGES, error=DetectorConfigError)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -383,15 +397,3 @@ def config_from_mapping(cls: type[_C], values: Any, where: str) -> _C:
         ``values`` is not a table, has an unknown key, or a value does not convert.
     """
     return build_config(cls, values, section=where, error=DetectorConfigError)
-
-
-def _positive(obj: Any, *names: str) -> None:
-    for n in names:
-        if getattr(obj, n) <= 0:
-            raise DetectorConfigError(f"{n} must be > 0, got {getattr(obj, n)}")
-
-
-def _at_least(obj: Any, lo: float, *names: str) -> None:
-    for n in names:
-        if getattr(obj, n) < lo:
-            raise DetectorConfigError(f"{n} must be >= {lo}, got {getattr(obj, n)}")

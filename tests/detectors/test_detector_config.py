@@ -44,6 +44,22 @@ def test_bad_values_raise_naming_the_key(section: dict) -> None:
         DetectorsConfig.from_settings(section)
 
 
+@pytest.mark.parametrize(
+    ("section", "message"),
+    [
+        ({"l1": {"window": 0}}, r"detectors\.l1\.window must be > 0, got 0"),
+        ({"l2": {"alpha": 1}}, r"detectors\.l2\.alpha must be in \(0, 1\), got 1\.0"),
+        ({"l2": {"z": "nan"}}, r"detectors\.l2\.z must be > 0, got nan"),  # NaN in no range
+        ({"l3": {"min_ranks": 1}}, r"detectors\.l3\.min_ranks must be >= 2, got 1"),
+        ({"funnel": {"trigger_confidence": 0}}, r"detectors\.funnel\.trigger_confidence"),
+    ],
+)
+def test_ranges_read_as_in_every_section(section: dict, message: str) -> None:
+    """The ranges go through argus.config.check_ranges: one message, the dotted key."""
+    with pytest.raises(DetectorConfigError, match=message):
+        DetectorsConfig.from_settings(section)
+
+
 def test_frozen() -> None:
     with pytest.raises(AttributeError):
         L1Config().window = 3  # type: ignore[misc]
