@@ -457,7 +457,7 @@ def test_routing_key_from_env_or_file(tmp_path: Path) -> None:
     assert KEY not in repr(cfg) and KEY not in str(cfg.routing_key)
     assert repr(cfg.routing_key) == "RoutingKey('********')"  # Secret's mask, own name
     assert cfg.routing_key != Secret(KEY) and cfg.routing_key == RoutingKey(KEY)
-    assert cfg.group_id == "argus.pagerduty" and cfg.events_url.startswith(
+    assert cfg.group_id == "argus.pagerduty" and cfg.section.events_url.startswith(
         "https://events.pagerduty"
     )
     with pytest.raises(ConfigError, match="ARGUS_PAGERDUTY_ROUTING_KEY"):
@@ -466,6 +466,20 @@ def test_routing_key_from_env_or_file(tmp_path: Path) -> None:
         PagerDutyConfig.from_settings(
             s, env={"ARGUS_PAGERDUTY_ROUTING_KEY_FILE": str(tmp_path / "no")}
         )
+
+
+def test_config_holds_the_checked_section() -> None:
+    """One definition of the keys: the sink's config carries the [pagerduty] section itself,
+    and an override is checked as the section is."""
+    env = {"ARGUS_PAGERDUTY_ROUTING_KEY": KEY}
+    s = load_settings(env={**env, "ARGUS_PAGERDUTY__RATE_LIMIT_EVENTS": "7"})
+    cfg = PagerDutyConfig.from_settings(s, env=env, jitter=0.0)
+    assert cfg.section.rate_limit_events == 7 and cfg.section.jitter == 0.0
+    assert cfg.section.retry_policy().jitter == 0.0
+    with pytest.raises(ConfigError, match="jitter"):
+        PagerDutyConfig.from_settings(s, env=env, jitter=3.0)
+    with pytest.raises(ConfigError, match="routing key is empty"):
+        PagerDutyConfig.from_settings(s, env=env, routing_key=RoutingKey(""))
 
 
 def test_bad_settings_name_the_key() -> None:

@@ -2,8 +2,11 @@
 
 The section alone, without the routing key's presence (only the sink needs one) and without
 Kafka: :mod:`argus.config` builds it in every process that sets it, so ``argus config show``
-rejects what ``argus worker pagerduty`` would. The sink's run-time object is
-:class:`argus.sinks.pagerduty.worker.PagerDutyConfig`.
+rejects what ``argus worker pagerduty`` would. This dataclass is the one definition of the
+section's keys, defaults and ranges: the sink's run-time
+:class:`argus.sinks.pagerduty.worker.PagerDutyConfig` holds it as ``section``, with what the
+sink resolves beside it (the routing key read from the environment or its file, the consumer
+group).
 """
 
 from __future__ import annotations

@@ -42,6 +42,7 @@ routing_key              the key itself: environment only               none
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import random
@@ -52,7 +53,6 @@ import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
@@ -63,7 +63,6 @@ from argus.kafka.security import Secret
 from argus.schemas.codec import Codec
 from argus.sinks.pagerduty.config import PagerDutySettings
 from argus.sinks.pagerduty.events import (
-    DEFAULT_EVENTS_URL,
     PAGERDUTY_SEVERITIES,
     Disposition,
     PagerDutyEventError,
@@ -127,28 +126,34 @@ def _read_routing_key(sec: PagerDutySettings, env: Mapping[str, str]) -> Routing
 
 @dataclass(frozen=True, kw_only=True)
 class PagerDutyConfig:
-    """Frozen settings of the PagerDuty sink; build with :meth:`from_settings`."""
+    """What the running sink needs: the validated ``[pagerduty]`` section and what the sink
+    resolves from it; build with :meth:`from_settings`.
+
+    Attributes
+    ----------
+    routing_key : RoutingKey
+        Read from the environment or the key file (:data:`ROUTING_KEY_ENV`); never empty.
+    section : PagerDutySettings
+        The ``[pagerduty]`` table, checked when it was built (the one definition of its keys,
+        defaults and ranges).
+    group_id : str
+        The consumer group: ``section.group_id``, else ``<topic prefix>.pagerduty``.
+    """
 
     routing_key: RoutingKey
-    events_url: str = DEFAULT_EVENTS_URL
+    section: PagerDutySettings = field(default_factory=PagerDutySettings)
     group_id: str = "argus.pagerduty"
-    rate_limit_events: int = 120
-    rate_limit_window_s: float = 60.0
-    request_timeout_s: float = 10.0
-    retry: RetryPolicy = field(default_factory=RetryPolicy)
-    severity_map: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
-    min_severity: str = "info"
-    source: str | None = None
-    client_url: str | None = None
-    report_url: str | None = None
-    hosts_from_topology: bool = True
-    poll_timeout_s: float = 0.5
+
+    def __post_init__(self) -> None:
+        if not self.routing_key.reveal():
+            raise ConfigError("the PagerDuty routing key is empty")
 
     @classmethod
     def from_settings(
         cls, settings: Settings, env: Mapping[str, str] | None = None, **overrides: Any
     ) -> PagerDutyConfig:
-        """Read ``[pagerduty]`` and the routing-key environment; ``overrides`` win.
+        """Read ``[pagerduty]`` and the routing-key environment; ``overrides`` (keys of
+        :class:`PagerDutySettings`, or ``routing_key``) win and are checked as the section is.
 
         Raises
         ------
@@ -164,42 +169,13 @@ class PagerDutyConfig:
             origins=settings.origins,
         )
         key = overrides.pop("routing_key", None)  # an empty RoutingKey is kept (and refused)
-        kw: dict[str, Any] = {
-            "routing_key": key if key not in (None, "") else _read_routing_key(sec, env),
-            "events_url": sec.events_url,
-            "group_id": sec.group_id or f"{settings.topic_prefix}.pagerduty",
-            "rate_limit_events": sec.rate_limit_events,
-            "rate_limit_window_s": sec.rate_limit_window_s,
-            "request_timeout_s": sec.request_timeout_s,
-            "retry": sec.retry_policy(),
-            "severity_map": MappingProxyType(dict(sec.severity_map)),
-            "min_severity": sec.min_severity,
-            "source": sec.source,
-            "client_url": sec.client_url,
-            "report_url": sec.report_url,
-            "hosts_from_topology": sec.hosts_from_topology,
-            "poll_timeout_s": sec.poll_timeout_s,
-        }
-        kw.update(overrides)
-        cfg = cls(**kw)
-        cfg.validate()
-        return cfg
-
-    def validate(self) -> None:
-        """Raise :class:`ConfigError` naming the first bad value (the checks of the
-        ``[pagerduty]`` section, :class:`PagerDutySettings`, and a non-empty routing key)."""
-        PagerDutySettings(
-            events_url=self.events_url,
-            rate_limit_events=self.rate_limit_events,
-            rate_limit_window_s=self.rate_limit_window_s,
-            request_timeout_s=self.request_timeout_s,
-            severity_map=self.severity_map,
-            min_severity=self.min_severity,
-            report_url=self.report_url,
-            poll_timeout_s=self.poll_timeout_s,
+        if overrides:
+            sec = dataclasses.replace(sec, **overrides)
+        return cls(
+            routing_key=key if key not in (None, "") else _read_routing_key(sec, env),
+            section=sec,
+            group_id=sec.group_id or f"{settings.topic_prefix}.pagerduty",
         )
-        if not self.routing_key.reveal():
-            raise ConfigError("the PagerDuty routing key is empty")
 
 
 @dataclass
@@ -276,6 +252,8 @@ class _Sink:
         clock: Callable[[], float],
     ) -> None:
         self.cfg = cfg
+        self.sec = sec = cfg.section
+        self.retry = sec.retry_policy()
         self.stop = stop
         self.post = post
         self.stats = stats
@@ -284,10 +262,10 @@ class _Sink:
         self.codec = Codec(registry_url=settings.schema_registry_url or None)
         self.topic = topic_name("alerts", settings.topic_prefix)
         self.dlq_topic = topic_name("dlq", settings.topic_prefix)
-        self.limiter = RateLimiter(cfg.rate_limit_events, cfg.rate_limit_window_s)
+        self.limiter = RateLimiter(sec.rate_limit_events, sec.rate_limit_window_s)
         self.revoked: set[tuple[str, int]] = set()
         self.key = cfg.routing_key.reveal()
-        self.min_rank = PAGERDUTY_SEVERITIES.index(cfg.min_severity)
+        self.min_rank = PAGERDUTY_SEVERITIES.index(sec.min_severity)
         self.consumer = Consumer(
             settings.kafka_config(
                 **{
@@ -303,7 +281,7 @@ class _Sink:
             settings.kafka_config(**{"acks": "all", "client.id": f"argus-{WORKER_NAME}-dlq"})
         )
         # the ranks' hosts, from the collectors' job topology (argus.jobs)
-        self.topology = TopologyReader(settings, self.codec) if cfg.hosts_from_topology else None
+        self.topology = TopologyReader(settings, self.codec) if sec.hosts_from_topology else None
 
     # -- Kafka --------------------------------------------------------------------------------
     def _on_assign(self, consumer: Consumer, parts: list[TopicPartition]) -> None:
@@ -319,17 +297,17 @@ class _Sink:
         log.info(
             "pagerduty sink: %s -> %s (group %s, %d events / %g s per key)",
             self.topic,
-            self.cfg.events_url,
+            self.sec.events_url,
             self.cfg.group_id,
-            self.cfg.rate_limit_events,
-            self.cfg.rate_limit_window_s,
+            self.sec.rate_limit_events,
+            self.sec.rate_limit_window_s,
         )
         done = 0
         try:
             while not self.stop.is_set():
                 if max_messages is not None and done >= max_messages:
                     break
-                msg = self.consumer.poll(self.cfg.poll_timeout_s)
+                msg = self.consumer.poll(self.sec.poll_timeout_s)
                 if msg is None:
                     continue
                 err = msg.error()
@@ -411,11 +389,11 @@ class _Sink:
             event = build_event(
                 alert,
                 routing_key=self.key,
-                severity_map=self.cfg.severity_map,
-                source=self.cfg.source,
-                client_url=self.cfg.client_url,
+                severity_map=self.sec.severity_map,
+                source=self.sec.source,
+                client_url=self.sec.client_url,
                 hosts=hosts,
-                report_url=self.cfg.report_url,
+                report_url=self.sec.report_url,
             )
         except PagerDutyEventError as exc:
             return self.dead_letter(msg, f"invalid-{exc.reason}", redact(str(exc), self.key))
@@ -432,7 +410,7 @@ class _Sink:
             if self.stop.is_set():
                 return False
             self.limiter.record(self.key, self.clock())
-            res = self.post(self.cfg.events_url, body, self.cfg.request_timeout_s)
+            res = self.post(self.sec.events_url, body, self.sec.request_timeout_s)
             disposition = RetryPolicy.classify(res.status)
             self._count(action, res, disposition)
             if disposition is Disposition.ACCEPTED:
@@ -448,12 +426,12 @@ class _Sink:
                 log.error("PagerDuty rejected %s %s with %s: %s", action, dedup, res.status, text)
                 return self.dead_letter(msg, f"pagerduty-{res.status}", text)
             attempt += 1
-            if self.cfg.retry.gives_up(attempt):
+            if self.retry.gives_up(attempt):
                 return self.dead_letter(
                     msg, "pagerduty-gave-up", f"{attempt} failed sends, last {res.status}: {text}"
                 )
             self.stats.retries += 1
-            wait_s = self.cfg.retry.backoff_s(
+            wait_s = self.retry.backoff_s(
                 attempt, status=res.status, retry_after_s=res.retry_after_s, u=random.random()
             )
             log.warning(
