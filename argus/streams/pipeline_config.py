@@ -7,6 +7,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from argus.config import NON_NEGATIVE, POSITIVE, ConfigError, Range, build_config, check_ranges
+from argus.streams.limits import Limits
 
 __all__ = ["PipelineConfig"]
 
@@ -20,7 +21,7 @@ _RANGES = {
 
 
 @dataclass(frozen=True, kw_only=True)
-class PipelineConfig:
+class PipelineConfig(Limits):
     """Stream worker knobs.
 
     Attributes
@@ -98,45 +99,10 @@ class PipelineConfig:
         Largest fetch per partition (bytes). 8 MiB: a kernel batch is ~100 KB, the 1 MiB
         default fetched ~10 of them per round trip.
 
-    Input limits (:mod:`argus.streams.validate`; a record outside them goes to the DLQ with
-    the reason, docs/reliability.md):
+    Input limits: the ``max_*`` fields, inherited from :class:`argus.streams.limits.Limits`
+    (their one definition, documented there; :mod:`argus.streams.validate` sends a record
+    outside them to the DLQ with the reason, docs/reliability.md), and:
 
-    max_batch_events : int
-        Kernel events per ``kernel_batch``. 2,000,000: 10x the collectors' own cap; a
-        1 M-event batch compresses in ~0.3 s and ~200 MB, so it is processed, not rejected.
-    max_phases : int
-        Phases per ``step_record``.
-    max_stacks : int
-        Distinct stacks per ``stack_batch``.
-    max_routed_bytes : int
-        Largest record a router copies onto an internal topic (bytes; the producer's
-        request limit is 1 MB).
-    max_world_size : int
-        Largest world size (product of the coords sizes).
-    max_duration_s : float
-        Longest phase, kernel or kernel quantile (s).
-    max_step_s : float
-        Longest iteration or window (s).
-    max_future_s : float
-        Event time allowed ahead of the receiving wall clock (s).
-    max_skew_s : float
-        How far a record's event time may drift from its broker timestamp, against its
-        rank's last accepted record, beyond what the steps between them allow (s;
-        :mod:`argus.streams.validate`); 0 disables. Never judged against the wall clock, so
-        recorded runs (simulator, replay, backfill) pass. 3,600: a live rank stays within
-        the collectors' buffering (librdkafka gives up on a record after 30 s), a fast
-        replay drifts by the event time of the steps it advanced (allowed on top); a
-        replayed pause longer than an hour (a preempted job's time in the queue) costs each
-        rank two records in the DLQ before its new offset is taken.
-    max_step_jump : int
-        Steps a record may be ahead of its rank's and its job's last accepted records beyond
-        what the event time between them allows at 1,000 steps/s; 0 disables. 1,000: a rank's
-        step records advance 1 step each, its kernel windows one period (50 steps, 51,200
-        backed off) with the event time those steps took, and a rank behind its job catches
-        up against the job; no real job does 1,000 steps in no time. It also bounds what one
-        accepted corrupt step can do: L1 sees a gap of 1,000 steps, the funnel walks 100
-        windows (1,000,000 let a +900,000 step through, and L1 emitted a window that ended
-        before it started).
     dlq_max_value_bytes : int
         Original bytes a DLQ record carries; a longer value is cut to this many bytes and
         the reason says so (the record's topic/partition/offset still point at the whole).
@@ -160,16 +126,6 @@ class PipelineConfig:
     producer_linger_s: float = 0.01
     producer_batch_bytes: int = 1 << 19
     fetch_bytes: int = 8 << 20
-    max_batch_events: int = 2_000_000
-    max_phases: int = 1024
-    max_stacks: int = 10_000
-    max_routed_bytes: int = 512 * 1024
-    max_world_size: int = 1 << 20
-    max_duration_s: float = 3600.0
-    max_step_s: float = 86400.0
-    max_future_s: float = 3600.0
-    max_skew_s: float = 3600.0
-    max_step_jump: int = 1000
     dlq_max_value_bytes: int = 900_000
 
     def __post_init__(self) -> None:

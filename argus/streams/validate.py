@@ -7,7 +7,8 @@ step that contradicts its own source. Each check raises :class:`InputError` with
 ``reason`` code; the agents send the record to ``argus.dlq`` with that code and the original
 bytes (docs/reliability.md lists every code).
 
-The validators are pure functions of a record and :class:`Limits`; the skew checks also need
+The validators are pure functions of a record and :class:`~argus.streams.limits.Limits` (the
+``max_*`` settings of ``[streams]``, re-exported here); the skew checks also need
 the receiving wall clock, the record's broker timestamp and what its source sent before,
 which :class:`Clocks` keeps (bounded, in memory: a restarted worker starts afresh).
 :class:`Checker` bundles them for an agent; ``checker(ctx)`` gives the one of a worker.
@@ -60,7 +61,7 @@ import math
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -68,6 +69,7 @@ import numpy as np
 
 from argus.detectors.findings import KINDS, LEVELS
 from argus.errors import ArgusError
+from argus.streams.limits import Limits
 from argus.summaries.summary_record import batch_columns, summary_columns
 
 __all__ = [
@@ -109,55 +111,6 @@ class InputError(ArgusError, ValueError):
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(f"{reason}: {message}")
         self.reason = reason
-
-
-@dataclass(frozen=True, kw_only=True)
-class Limits:
-    """Bounds of acceptable input; the ``[streams]`` settings of the same names.
-
-    Attributes
-    ----------
-    max_batch_events : int
-        Kernel events per ``kernel_batch``. 2,000,000: 10x the collectors' own cap
-        (``kernels_max_events`` 200,000), and a 1 M-event batch compresses in ~0.3 s, ~200 MB.
-    max_phases : int
-        Phases per ``step_record`` (collectors aggregate phases by name: tens).
-    max_stacks : int
-        Distinct stacks per ``stack_batch``.
-    max_routed_bytes : int
-        Largest record a router copies onto an internal topic (summaries, stacks, steps,
-        anomalies), bytes; below the producer's 1 MB request limit.
-    max_world_size : int
-        Largest world size (product of the coords sizes) or stack rank accepted.
-    max_duration_s : float
-        Longest phase, kernel or summary quantile (s); a longer one is a clock or unit error.
-    max_step_s : float
-        Longest iteration (``end_ns - start_ns``) or window (s).
-    max_future_s : float
-        Event time allowed ahead of the receiving wall clock (s).
-    max_skew_s : float
-        How far a record's event time may drift from its broker time against its source's
-        reference, beyond what its steps allow (s; module doc); 0 disables.
-    max_step_jump : int
-        Steps (window ids) allowed ahead of the source's and the job's reference beyond what
-        the event time elapsed allows (module doc); 0 disables.
-    """
-
-    max_batch_events: int = 2_000_000
-    max_phases: int = 1024
-    max_stacks: int = 10_000
-    max_routed_bytes: int = 512 * 1024
-    max_world_size: int = 1 << 20
-    max_duration_s: float = 3600.0
-    max_step_s: float = 86400.0
-    max_future_s: float = 3600.0
-    max_skew_s: float = 3600.0
-    max_step_jump: int = 1000
-
-    @classmethod
-    def from_pipeline(cls, pcfg: Any) -> Limits:
-        """The limits of a :class:`~argus.streams.pipeline_config.PipelineConfig`."""
-        return cls(**{f.name: getattr(pcfg, f.name) for f in fields(cls) if hasattr(pcfg, f.name)})
 
 
 # -- helpers ---------------------------------------------------------------------------------

@@ -496,6 +496,10 @@ def test_pure_checks_name_the_times() -> None:
 
 
 def test_limits_come_from_the_streams_section() -> None:
+    """One definition: the [streams] section inherits Limits' fields and defaults."""
+    assert (
+        isinstance(PipelineConfig(), Limits) and Limits.from_pipeline(PipelineConfig()) == Limits()
+    )
     pcfg = PipelineConfig.from_mapping({"max_batch_events": "5", "max_skew_s": "0"})
     lim = Limits.from_pipeline(pcfg)
     assert lim.max_batch_events == 5 and lim.max_skew_s == 0.0
