@@ -11,11 +11,13 @@ from argus.streams.limits import Limits
 
 __all__ = ["PipelineConfig"]
 
-#: fields whose range is not ``> 0``; 0 turns max_skew_s, max_step_jump, producer_linger_s off
+#: fields whose range is not ``> 0``; 0 turns max_skew_s, max_step_jump, producer_linger_s,
+#: silent_steps off
 _RANGES = {
     "metrics_port": Range(ge=0, le=65535),
     "max_skew_s": NON_NEGATIVE,
     "max_step_jump": NON_NEGATIVE,
+    "silent_steps": NON_NEGATIVE,
     "producer_linger_s": NON_NEGATIVE,
 }
 
@@ -35,6 +37,14 @@ class PipelineConfig(Limits):
         whole block. 32: one 8 MiB fetch (``fetch_bytes``) of a partition holding ~150 ranks'
         ~2 KB step records runs ~27 steps ahead of the other partitions, inside it; at 15
         steps/min a rank that stopped is reported ~2 min later.
+    silent_steps : int
+        A rank whose records stopped while the ranks it shares an input partition with went
+        on is reported missing once their upper median passed its step by this many steps
+        (the *silent* rule of :mod:`argus.streams.windows`), instead of ``lateness_steps``:
+        one partition is read in the order it was written, so no consumer lag or restart
+        makes a rank silent, only a rank (or its collector) that stopped writing. 8: a page
+        within a funnel window of the stop; a collector's own delivery delay (linger, one
+        batch) is far below 8 steps. 0 turns the rule off; a smaller ``lateness_steps`` caps it.
     l3_lateness_windows : int
         The same for L3's kernel windows (window ids of event time). 4: a window spans one or
         more steps, and a dead rank's scope waits only this many windows for it.
@@ -109,6 +119,7 @@ class PipelineConfig(Limits):
     """
 
     lateness_steps: int = 32
+    silent_steps: int = 8
     l3_lateness_windows: int = 4
     idle_close_s: float = 120.0
     steps_block_ranks: int = 256

@@ -26,7 +26,16 @@ and no single source moves it. A pending step ``k`` closes
   to the DLQ with the reason by the roles; they move no window). A source alone on its
   partition that stops holds the watermark back: its steps close only incomplete. While
   some expected source has not reported at all (a consumer that has not fetched its
-  partition yet), the lateness is 8 times longer.
+  partition yet), the lateness is 8 times longer;
+* **with silent sources** (``timed_out``, only when the caller passes ``silent``): every
+  source not accounted for is *silent in its partition*: the upper median of the sources
+  on its own input partition (itself included) passed ``k`` by ``silent`` newer steps. One
+  partition's records arrive in the order they were written, so a source that far behind
+  the sources it shares a partition with stopped writing (a rank that died or hung) and
+  is not merely read later (a consumer catching up, which moves a whole partition): no
+  arrival skew between partitions can make a source silent, and a stopped rank is named
+  ``silent`` steps after it stopped instead of ``lateness``. A source alone on its
+  partition is never silent (it holds its partition's watermark, above).
 
 Closability is monotone in the step (a source that reported ``k + 1`` passed ``k``), so steps
 close in order. Two bounds are not event time and say so: ``max_pending`` caps memory (the
@@ -114,9 +123,10 @@ def add(
     lateness: int = LATENESS_STEPS,
     max_pending: int = MAX_PENDING,
     part: str = "0",
+    silent: int = 0,
 ) -> tuple[Status, list[ClosedStep]]:
     """Record that source ``rank`` reported ``step`` (arriving on input partition ``part``);
-    mutates ``state``.
+    mutates ``state``. ``silent`` > 0 turns the silent-source rule on (module doc), in steps.
 
     Returns
     -------
@@ -147,7 +157,7 @@ def add(
     if part != "0" or src in state.setdefault("part", {}):
         state["part"][src] = part
     state["src"][src] = max(int(state["src"].get(src, -1)), step)
-    return "new", _due(state, lateness, max_pending)
+    return "new", _due(state, lateness, max_pending, silent)
 
 
 def flush(state: WindowState) -> list[ClosedStep]:
@@ -159,7 +169,7 @@ def _pending_steps(state: WindowState) -> list[str]:
     return sorted(state["pending"], key=int)
 
 
-def _due(state: WindowState, lateness: int, max_pending: int) -> list[ClosedStep]:
+def _due(state: WindowState, lateness: int, max_pending: int, silent: int = 0) -> list[ClosedStep]:
     """Close the pending steps whose sources are all accounted for, in step order."""
     out: list[ClosedStep] = []
     order = _pending_steps(state)
@@ -169,6 +179,7 @@ def _due(state: WindowState, lateness: int, max_pending: int) -> list[ClosedStep
     watermark = _watermark(state)
     steps = [int(k) for k in order]
     behind = bisect.bisect_right(steps, watermark)  # pending steps at or below the watermark
+    marks = _partition_marks(state) if silent > 0 else {}
     for i, k in enumerate(order):
         pend = state["pending"][k]
         step = steps[i]
@@ -184,22 +195,58 @@ def _due(state: WindowState, lateness: int, max_pending: int) -> list[ClosedStep
             # not reported at all (its partition not fetched yet: a late start, a restart),
             # 8 times that
             out.append(_close(state, k, timed_out=True))
+        elif silent > 0 and _all_silent(state, pend, got, step, marks, steps, i, silent):
+            out.append(_close(state, k, timed_out=True))
         else:
             break  # monotone: a later step is not closable either
     return out
+
+
+def _partition_marks(state: WindowState) -> dict[str, list[int]]:
+    """Per input partition, its sources' newest steps, ascending."""
+    parts = state.get("part") or {}
+    by_part: dict[str, list[int]] = {}
+    for s, n in state["src"].items():
+        by_part.setdefault(parts.get(s, "0"), []).append(int(n))
+    return {p: sorted(v) for p, v in by_part.items()}
+
+
+def _all_silent(
+    state: WindowState,
+    pend: PendingStep,
+    got: set[int],
+    step: int,
+    marks: dict[str, list[int]],
+    steps: list[int],
+    i: int,
+    silent: int,
+) -> bool:
+    """Whether every source not accounted for at ``step`` (pending index ``i``) is known and
+    silent in its partition: the upper median of its partition's sources passed ``step`` by
+    ``silent`` pending steps. Monotone in the step, as the other rules."""
+    parts = state.get("part") or {}
+    behind = [
+        s for s, n in state["src"].items() if int(n) < step and int(s) not in got
+    ]  # known sources that neither reported nor passed it
+    passed = sum(1 for s, n in state["src"].items() if int(n) > step and int(s) not in got)
+    if not behind or len(got) + passed + len(behind) < pend["exp"]:
+        return False  # nobody to wait for (the other rules), or a source never seen
+    for s in behind:
+        v = marks.get(parts.get(s, "0"), [])
+        mark = v[len(v) // 2] if len(v) > 1 else -1  # alone on its partition: never silent
+        if bisect.bisect_right(steps, mark) - i - 1 < silent:
+            return False
+    return True
 
 
 def _watermark(state: WindowState) -> int:
     """The key's watermark: per input partition the upper median of its sources' newest
     steps, then the lowest partition's (a partition a consumer has not caught up on holds
     it back; one source, fast or slow, never moves it)."""
-    parts = state.get("part") or {}
-    by_part: dict[str, list[int]] = {}
-    for s, n in state["src"].items():
-        by_part.setdefault(parts.get(s, "0"), []).append(int(n))
-    if not by_part:
+    marks = _partition_marks(state)
+    if not marks:
         return -1
-    return min(sorted(v)[len(v) // 2] for v in by_part.values())
+    return min(v[len(v) // 2] for v in marks.values())
 
 
 def _close(

@@ -53,6 +53,106 @@ def test_a_rank_that_stopped_is_missing_once_the_peers_passed_the_lateness() -> 
     assert all(c.incomplete and c.missing == 0 for c in rest)
 
 
+def test_a_rank_silent_in_its_partition_is_missing_after_silent_steps() -> None:
+    """Ranks 0-2 share partition "0"; rank 2 stops after step 2: with ``silent=3`` step 3
+    closes once the partition's median reached step 6, long before the lateness (20)."""
+    s = windows.new_state()
+    closed: list[windows.ClosedStep] = []
+    for step in range(10):
+        for rank in (0, 1, 2):
+            if rank == 2 and step >= 3:
+                continue
+            closed += windows.add(s, step=step, rank=rank, expected=3, lateness=20, silent=3)[1]
+    stalled = [c for c in closed if c.missing]
+    assert [c.step for c in stalled] == list(range(3, 7))  # 9 - 3 = 6: step 6 closed
+    assert all(c.timed_out and c.ranks == (0, 1) for c in stalled)
+    # it comes back: its records for closed steps are late, the next step waits for it
+    assert windows.add(s, step=3, rank=2, expected=3, lateness=20, silent=3) == ("late", [])
+    status, now = windows.add(s, step=7, rank=2, expected=3, lateness=20, silent=3)
+    assert status == "new" and [(c.step, c.ranks) for c in now] == [(7, (0, 1, 2))]
+
+
+def test_a_lagging_partition_is_not_silent() -> None:
+    """A consumer catching up on partition "1" (ranks 2, 3) reads it 10 steps behind
+    partition "0" (ranks 0, 1): nobody is silent, nothing closes without a rank."""
+    s = windows.new_state()
+    closed: list[windows.ClosedStep] = []
+
+    def feed(step: int, rank: int) -> None:
+        part = "0" if rank < 2 else "1"
+        closed.extend(
+            windows.add(s, step=step, rank=rank, expected=4, lateness=20, silent=3, part=part)[1]
+        )
+
+    for step in range(12):
+        feed(step, 0)
+        feed(step, 1)
+    for step in range(12):
+        feed(step, 2)
+        feed(step, 3)
+    assert [(c.step, c.missing) for c in closed] == [(k, 0) for k in range(12)]
+
+
+def test_a_rank_alone_on_its_partition_is_never_silent() -> None:
+    """It is its partition's watermark: its peers' steps close only incomplete (as without
+    the rule), never naming it missing on a guess."""
+    s = windows.new_state()
+    closed: list[windows.ClosedStep] = []
+    for step in range(12):
+        for rank in (0, 1, 2):
+            if rank == 2 and step >= 3:
+                continue
+            part = "1" if rank == 2 else "0"
+            closed += windows.add(
+                s, step=step, rank=rank, expected=3, lateness=6, silent=2, part=part
+            )[1]
+    assert [c.step for c in closed] == [0, 1, 2]
+    assert all(c.incomplete for c in windows.flush(s))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(0, 30), min_size=6, max_size=6),  # the step each rank stops at
+    st.lists(st.integers(0, 12), min_size=3, max_size=3),  # each partition's read delay
+    st.randoms(use_true_random=False),
+)
+def test_silent_ranks_do_not_depend_on_partition_skew(
+    stops: list[int], delays: list[int], rnd: random.Random
+) -> None:
+    """Six ranks on three partitions (two each), each partition written in step order (its
+    two ranks' records interleaved at random within a step) and read with its own delay
+    (a consumer catching up, a restart): the same steps close with the same ranks as when
+    every partition is read at once."""
+    part_of = {r: str(r // 2) for r in range(6)}
+
+    def partition(p: str) -> list[tuple[int, int]]:
+        recs = [(k, r) for r in range(6) if part_of[r] == p for k in range(stops[r])]
+        recs.sort(key=lambda x: (x[0], rnd.random()))
+        return recs
+
+    def run(order: list[tuple[int, int]]) -> list[tuple[int, tuple[int, ...], int]]:
+        s = windows.new_state()
+        closed: list[windows.ClosedStep] = []
+        for step, rank in order:
+            closed += windows.add(
+                s, step=step, rank=rank, expected=6, lateness=16, silent=3, part=part_of[rank]
+            )[1]
+        closed += windows.flush(s)
+        return sorted((c.step, c.ranks, c.missing) for c in closed)
+
+    parts = {p: partition(p) for p in "012"}
+    at_once = sorted(
+        (rec for recs in parts.values() for rec in recs), key=lambda x: (x[0], x[1] // 2)
+    )
+    # partition p is read `delays[p]` steps late: its record of step k comes after step
+    # k + delay of the others
+    skewed = sorted(
+        (rec for p, recs in parts.items() for rec in recs),
+        key=lambda x: (x[0] + delays[int(part_of[x[1]])], x[1] // 2),
+    )
+    assert run(skewed) == run(at_once)
+
+
 def test_memory_bound_closes_the_oldest_incomplete() -> None:
     s = windows.new_state()
     closed: list[windows.ClosedStep] = []

@@ -36,10 +36,11 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from argus.detectors import l1, l2
+from argus.detectors import l1
 from argus.detectors.findings import Finding
 from argus.detectors.inputs import group_windows, merge_group_windows
 from argus.detectors.l2 import GroupWindow
+from argus.detectors.l2_batch import detect_many
 from argus.routing import DIMS, Routing, group_span, rank_of
 from argus.streams import metrics, windows
 from argus.streams.pipeline_config import PipelineConfig
@@ -137,6 +138,7 @@ class _Tier:
 
     ctx: RoleContext
     lateness: int
+    silent: int = 0  # the silent-source rule (windows), per rank only: the block tier
     idle: float
     seen: dict[str, float]
 
@@ -153,7 +155,13 @@ class _Tier:
     ) -> tuple[windows.Status, list[windows.ClosedStep]]:
         self.seen[key] = now
         return windows.add(
-            st["win"], step=step, rank=rank, expected=expected, lateness=self.lateness, part=part
+            st["win"],
+            step=step,
+            rank=rank,
+            expected=expected,
+            lateness=self.lateness,
+            part=part,
+            silent=self.silent,
         )
 
     async def tick(self, key: str, st: Any, now: float) -> bool:
@@ -263,9 +271,7 @@ class _L2Steps:
         parts: list[GroupWindow] = []
         for step, blocks in h["recent"]:
             parts += self.joined(key, job, step, blocks)
-        out: list[Finding] = []
-        for win in merge_group_windows(parts):
-            out += l2.detect(win, self.ctx.detectors.l2)
+        out = detect_many(merge_group_windows(parts), self.ctx.detectors.l2)
         metrics.DETECT_S.labels("L2").observe(time.perf_counter() - t0)
         return out
 
@@ -286,6 +292,7 @@ class StepBlocks(_Tier):
         self.levels = levels  # shared with the job tier: filled by the role registrations
         self.routing = Routing.from_config(ctx.detectors.routing)
         self.lateness = ctx.pcfg.lateness_steps
+        self.silent = min(ctx.pcfg.silent_steps, self.lateness)
         self.idle = ctx.pcfg.idle_close_s
         self.seen = {}
         self.block_ranks = ctx.pcfg.steps_block_ranks
