@@ -123,6 +123,21 @@ def test_bad_alerts_raise_typed_errors(over: dict[str, Any], reason: str) -> Non
     assert info.value.reason == reason
 
 
+def test_culprit_reads_members_and_hosts_as_the_summary_does() -> None:
+    """One reader of details.members/hosts (argus.detectors.funnel.render): the event's culprit
+    and the summary agree; members that do not parse fall back to the alert's ranks."""
+    from argus.detectors.funnel.render import alert_summary
+
+    d = {"members": "[3, 9]", "hosts": json.dumps({"3": "node3", "9": "node9", "4": "node4"})}
+    a = alert(ranks=[], group_kind="ep", group_id="pp0.ep1", details=d)
+    c = build_event(a, routing_key=KEY)["payload"]["custom_details"]["culprit"]
+    assert c["ranks"] == [3, 9] and c["rank_hosts"] == {"3": "node3", "9": "node9"}
+    assert c["hosts"] == ["node3", "node9"] and "hosts node3,node9" in alert_summary(a)
+    bad = alert(details={"members": '["x"]', "hosts": "{not json"})  # raised ValueError before
+    c = build_event(bad, routing_key=KEY)["payload"]["custom_details"]["culprit"]
+    assert c["ranks"] == [7] and c["hosts"] == [] and c["rank_hosts"] == {}
+
+
 def test_missing_field_is_named() -> None:
     a = alert()
     del a["job"]

@@ -15,6 +15,13 @@ ranks: its own, or a faulty group's members), ``what``, ``slower`` (text) and ``
 waiting ranks outside the culprit), ``hosts`` (JSON object rank -> host, when known) and the
 drill-down commands ``cmd_report``, ``cmd_trace``, ``cmd_stacks``
 (``argus report|trace|stacks --around <dedup_key>``).
+
+This module is the one place that writes ``details`` and reads its JSON values back
+(:func:`alert_members`, :func:`alert_hosts`); the PagerDuty sink
+(:func:`argus.sinks.pagerduty.events.build_event`) reshapes them into the nested
+``custom_details`` PagerDuty shows (objects and lists, no JSON inside strings) through these
+readers. Two shapes on purpose: ``details`` is the Avro wire form every consumer of
+``argus.alerts`` gets (``map<string,string>``), ``custom_details`` is PagerDuty's.
 """
 
 from __future__ import annotations
@@ -31,8 +38,11 @@ from argus.detectors.funnel.join import Culprit, _waiting
 from argus.ranks import rank_ranges
 
 __all__ = [
+    "DRILLDOWN",
     "MAX_IDS",
     "Verdict",
+    "alert_hosts",
+    "alert_members",
     "alert_summary",
     "drilldown_commands",
     "iso_utc",
@@ -44,6 +54,9 @@ __all__ = [
 
 MAX_IDS = 32
 """Most anomaly ids an alert carries."""
+
+DRILLDOWN = ("report", "trace", "stacks")
+"""The drill-down commands an alert names, ``details["cmd_<name>"]``."""
 
 
 @dataclass(frozen=True)
@@ -141,7 +154,7 @@ def drilldown_commands(dedup_key: str) -> dict[str, str]:
     """Ready-to-paste commands that open the alert's window: ``report``, ``trace``,
     ``stacks`` -> ``argus <cmd> --around <dedup_key>`` (the key shell-quoted when needed)."""
     k = shlex.quote(dedup_key)
-    return {c: f"argus {c} --around {k}" for c in ("report", "trace", "stacks")}
+    return {c: f"argus {c} --around {k}" for c in DRILLDOWN}
 
 
 def members_of(c: Culprit) -> tuple[int, ...]:
@@ -159,12 +172,31 @@ def members_of(c: Culprit) -> tuple[int, ...]:
     return tuple(sorted(out))
 
 
+def alert_members(alert: Mapping[str, Any]) -> list[int]:
+    """The ranks an alert names: ``details.members`` (the culprit's ranks, or its faulty
+    group's), else the alert's ``ranks``."""
+    details = alert.get("details") or {}
+    return _json_list(details.get("members")) or [int(r) for r in alert.get("ranks") or ()]
+
+
+def alert_hosts(alert: Mapping[str, Any]) -> dict[int, str]:
+    """``details.hosts`` of an alert as rank -> host ({} without one, or when it does not
+    parse)."""
+    text = (alert.get("details") or {}).get("hosts")
+    if not text:
+        return {}
+    try:
+        return {int(k): str(v) for k, v in json.loads(text).items()}
+    except (AttributeError, TypeError, ValueError):
+        return {}
+
+
 def with_hosts(alert: Mapping[str, Any], hosts: Mapping[int, str]) -> dict[str, Any]:
     """The alert with its members' hosts (``hosts``: rank -> host, e.g. from the job's
     topology on ``argus.jobs``) in ``details.hosts`` and the summary rendered anew; ranks
     without a host are left out, and an alert whose details already name hosts keeps them."""
     details = dict(alert.get("details") or {})
-    members = _json_list(details.get("members")) or [int(r) for r in alert.get("ranks") or ()]
+    members = alert_members(alert)
     known = {r: hosts[r] for r in members if hosts.get(r)}
     out = {**alert, "details": details}
     if known and "hosts" not in details:
@@ -182,7 +214,7 @@ def alert_summary(rec: Mapping[str, Any]) -> str:
     """
     d = rec.get("details") or {}
     members = _json_list(d.get("members"))
-    hosts = _host_list(d.get("hosts"), members)
+    hosts = _host_list(alert_hosts(rec), members)
     gk, gid = rec.get("group_kind", ""), rec.get("group_id", "")
     ranks = list(rec.get("ranks") or ())
     host_txt = ""
@@ -225,14 +257,8 @@ def _json_list(text: str | None) -> list[int]:
         return []
 
 
-def _host_list(text: str | None, members: Sequence[int]) -> list[str]:
-    """Distinct hosts of ``details.hosts`` in the members' order."""
-    if not text:
-        return []
-    try:
-        by_rank = {int(k): str(v) for k, v in json.loads(text).items()}
-    except (AttributeError, TypeError, ValueError):
-        return []
+def _host_list(by_rank: Mapping[int, str], members: Sequence[int]) -> list[str]:
+    """Distinct hosts of ``details.hosts`` (``by_rank``) in the members' order."""
     order = [r for r in members if r in by_rank] or sorted(by_rank)
     return list(dict.fromkeys(by_rank[r] for r in order if by_rank[r]))
 

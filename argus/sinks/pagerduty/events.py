@@ -38,7 +38,7 @@ from string import Formatter
 from typing import Any
 from urllib.parse import quote
 
-from argus.detectors.funnel.render import with_hosts
+from argus.detectors.funnel.render import DRILLDOWN, alert_hosts, alert_members, with_hosts
 from argus.errors import ArgusError
 
 __all__ = [
@@ -233,19 +233,15 @@ def build_event(
     levels = [str(x) for x in _field(alert, "levels")]
     kernels = [str(x) for x in alert.get("kernels") or []]
     phase = alert.get("phase")
-    ranks = [int(r) for r in _field(alert, "ranks")]
+    _field(alert, "ranks")  # required; the culprit's ranks come from alert_members
     raw = {str(k): str(v) for k, v in (alert.get("details") or {}).items()}
     first_seen = _iso8601(int(_field(alert, "first_seen_ns")))
     last_seen = _iso8601(int(_field(alert, "last_seen_ns")))
     custom: dict[str, Any] = {
-        "culprit": _culprit(alert, raw, ranks, kernels, first_seen),
+        "culprit": _culprit(alert, raw, kernels, first_seen),
         "evidence": _evidence(alert, raw, levels, first_seen, last_seen),
         "victims": _capped(_json(raw.pop("victims", None), list) or []),
-        "drill_down": {
-            name: raw.pop(f"cmd_{name}")
-            for name in ("report", "trace", "stacks")
-            if f"cmd_{name}" in raw
-        },
+        "drill_down": {name: raw.pop(f"cmd_{name}") for name in DRILLDOWN if f"cmd_{name}" in raw},
         "anomaly_ids": _capped([str(a) for a in alert.get("anomaly_ids") or []]),
         "funnel": {k: _truncate(v, _MAX_DETAIL_CHARS) for k, v in raw.items()},
     }
@@ -347,19 +343,21 @@ def _json(text: str | None, kind: type) -> Any:
 def _culprit(
     alert: Mapping[str, Any],
     raw: dict[str, str],
-    ranks: list[int],
     kernels: list[str],
     first_seen: str,
 ) -> dict[str, Any]:
-    """``custom_details.culprit``: who, where, what, how much slower, since when."""
-    members = _json(raw.pop("members", None), list) or ranks
-    by_rank = _json(raw.pop("hosts", None), dict) or {}
-    rank_hosts = {str(r): str(by_rank[str(r)]) for r in members if str(r) in by_rank}
+    """``custom_details.culprit``: who, where, what, how much slower, since when (``members``
+    and ``hosts`` read as :mod:`argus.detectors.funnel.render` wrote them)."""
+    members = alert_members(alert)
+    by_rank = alert_hosts(alert)
+    raw.pop("members", None)
+    raw.pop("hosts", None)
+    rank_hosts = {str(r): by_rank[r] for r in members if r in by_rank}
     out: dict[str, Any] = {
         "name": raw.pop("culprit", "") or f"{alert['group_kind']} group {alert['group_id']}",
         "job": str(alert["job"]),
         "group": raw.pop("group", f"{alert['group_kind']}/{alert['group_id']}"),
-        "ranks": _capped([int(r) for r in members]),
+        "ranks": _capped(members),
         "hosts": list(dict.fromkeys(rank_hosts.values())),
         "rank_hosts": rank_hosts,
         "phase": alert.get("phase"),
