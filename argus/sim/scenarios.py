@@ -3,6 +3,14 @@
 Every scenario picks its culprits deterministically from the layout and the seed, and says
 which level the paper expects to find it (``expected_levels``) and what a correct verdict
 names (``ranks``, ``phases``, ``kernels`` or ``group``).
+
+Two fault types on purpose, one per simulator: the paper scenarios' :class:`~argus.sim.model.
+Fault` multiplies phases of the phase-level :class:`~argus.sim.model.TimingModel` (profiles
+step, ramp, bursts, spikes), the ``mega-*`` scenarios' :class:`~argus.sim.mega.MegaFault` acts
+on kernels, data loading or links of the 1F1B :class:`~argus.sim.mega.MegaModel` (kinds
+kernels, compute, drift, data_stall, nic, stop). The two models share no step, so neither
+fault means anything to the other; the faulty ``mega-*`` builders share their noise and
+naming through ``_mega_fault``.
 """
 
 from __future__ import annotations
@@ -308,13 +316,17 @@ def _mega_healthy(name: str) -> Callable[[Layout, int, np.random.Generator], Sce
     return fn
 
 
+def _mega_fault(truth: GroundTruth, *faults: MegaFault) -> Scenario:
+    """A faulty ``mega-*`` scenario: ``faults`` on the production noise (:data:`PROD_NOISE`),
+    named by its ground truth."""
+    return Scenario(truth.scenario, (), truth, noise=PROD_NOISE, mega_faults=faults)
+
+
 def _mega_gemm_gpu(lay: Layout, steps: int, rng: np.random.Generator) -> Scenario:
     _need_dense(lay, "mega-gemm-gpu")
     r, onset = _mega_rank(lay, rng), _mega_onset(steps)
     gemms = tuple(n for n in kernel_names(lay.ep > 1) if "gemm" in n)
-    return Scenario(
-        "mega-gemm-gpu",
-        (),
+    return _mega_fault(
         GroundTruth(
             "mega-gemm-gpu",
             "every GEMM kernel on one GPU 1.25x slower (a degraded GPU)",
@@ -324,8 +336,7 @@ def _mega_gemm_gpu(lay: Layout, steps: int, rng: np.random.Generator) -> Scenari
             onset_step=onset,
             expected_levels=("L2", "L3"),
         ),
-        noise=PROD_NOISE,
-        mega_faults=(MegaFault("kernels", (r,), onset, factor=1.25, kernels=_GEMM),),
+        MegaFault("kernels", (r,), onset, factor=1.25, kernels=_GEMM),
     )
 
 
@@ -333,9 +344,7 @@ def _mega_gemm_kernel(lay: Layout, steps: int, rng: np.random.Generator) -> Scen
     _need_dense(lay, "mega-gemm-kernel")
     r, onset = _mega_rank(lay, rng), _mega_onset(steps)
     k = "grouped_gemm_bf16_fc1" if lay.ep > 1 else "sm90_xmma_gemm_bf16_fc1"
-    return Scenario(
-        "mega-gemm-kernel",
-        (),
+    return _mega_fault(
         GroundTruth(
             "mega-gemm-kernel",
             f"one GEMM kernel ({k}, forward MLP) 2x slower on one rank",
@@ -345,8 +354,7 @@ def _mega_gemm_kernel(lay: Layout, steps: int, rng: np.random.Generator) -> Scen
             onset_step=onset,
             expected_levels=("L3", "L2"),
         ),
-        noise=PROD_NOISE,
-        mega_faults=(MegaFault("kernels", (r,), onset, factor=2.0, kernels=f"^{k}$"),),
+        MegaFault("kernels", (r,), onset, factor=2.0, kernels=f"^{k}$"),
     )
 
 
@@ -358,9 +366,7 @@ def _mega_data_stall(lay: Layout, steps: int, rng: np.random.Generator) -> Scena
     while s < steps:
         at.append(s)
         s += int(rng.integers(13, 18))  # every ~15 steps
-    return Scenario(
-        "mega-data-stall",
-        (),
+    return _mega_fault(
         GroundTruth(
             "mega-data-stall",
             "one rank's data loading stalls 1.5 s every ~15 steps (its storage mount)",
@@ -372,8 +378,7 @@ def _mega_data_stall(lay: Layout, steps: int, rng: np.random.Generator) -> Scena
             notes="intermittent: a correct page names the rank that arrived last in the "
             "stalled steps",
         ),
-        noise=PROD_NOISE,
-        mega_faults=(MegaFault("data_stall", (r,), onset, stall_ms=1500.0, at_steps=tuple(at)),),
+        MegaFault("data_stall", (r,), onset, stall_ms=1500.0, at_steps=tuple(at)),
     )
 
 
@@ -412,9 +417,7 @@ def _mega_slow_nic(lay: Layout, steps: int, rng: np.random.Generator) -> Scenari
 def _mega_thermal_drift(lay: Layout, steps: int, rng: np.random.Generator) -> Scenario:
     _need_dense(lay, "mega-thermal-drift")
     r, onset = _mega_rank(lay, rng), _mega_onset(steps)
-    return Scenario(
-        "mega-thermal-drift",
-        (),
+    return _mega_fault(
         GroundTruth(
             "mega-thermal-drift",
             "one GPU throttles progressively: all its compute 0.4 % slower per step from onset",
@@ -424,8 +427,7 @@ def _mega_thermal_drift(lay: Layout, steps: int, rng: np.random.Generator) -> Sc
             expected_levels=("L2", "L3"),
             delay_windows=3,
         ),
-        noise=PROD_NOISE,
-        mega_faults=(MegaFault("drift", (r,), onset, rate=0.004),),
+        MegaFault("drift", (r,), onset, rate=0.004),
     )
 
 
@@ -437,9 +439,7 @@ def _mega_two_stragglers(lay: Layout, steps: int, rng: np.random.Generator) -> S
     b = _mega_rank(lay, rng)
     while dp[b] == dp[a] or b // GPUS_PER_HOST == a // GPUS_PER_HOST:
         b = (b + 37) % lay.world
-    return Scenario(
-        "mega-two-stragglers",
-        (),
+    return _mega_fault(
         GroundTruth(
             "mega-two-stragglers",
             "two independent stragglers in different DP groups: all compute 1.3x slower",
@@ -448,11 +448,8 @@ def _mega_two_stragglers(lay: Layout, steps: int, rng: np.random.Generator) -> S
             onset_step=onset,
             expected_levels=("L2", "L3"),
         ),
-        noise=PROD_NOISE,
-        mega_faults=(
-            MegaFault("compute", (a,), onset, factor=1.3),
-            MegaFault("compute", (b,), onset + 3, factor=1.3),
-        ),
+        MegaFault("compute", (a,), onset, factor=1.3),
+        MegaFault("compute", (b,), onset + 3, factor=1.3),
     )
 
 
@@ -461,9 +458,7 @@ def _mega_moe_expert(lay: Layout, steps: int, rng: np.random.Generator) -> Scena
     if lay.ep < 2:
         raise LayoutError("mega-moe-expert needs ep >= 2 (the moe512 layout)")
     r, onset = _mega_rank(lay, rng), _mega_onset(steps)
-    return Scenario(
-        "mega-moe-expert",
-        (),
+    return _mega_fault(
         GroundTruth(
             "mega-moe-expert",
             "the grouped GEMMs of the expert on one GPU 1.3x slower (forward and backward)",
@@ -473,17 +468,14 @@ def _mega_moe_expert(lay: Layout, steps: int, rng: np.random.Generator) -> Scena
             onset_step=onset,
             expected_levels=("L2", "L3"),
         ),
-        noise=PROD_NOISE,
-        mega_faults=(MegaFault("kernels", (r,), onset, factor=1.3, kernels="^grouped_gemm"),),
+        MegaFault("kernels", (r,), onset, factor=1.3, kernels="^grouped_gemm"),
     )
 
 
 def _mega_rank_stops(lay: Layout, steps: int, rng: np.random.Generator) -> Scenario:
     _need_dense(lay, "mega-rank-stops")
     r, onset = _mega_rank(lay, rng), _mega_onset(steps)
-    return Scenario(
-        "mega-rank-stops",
-        (),
+    return _mega_fault(
         GroundTruth(
             "mega-rank-stops",
             "one rank stops reporting at onset (its collector died; the job runs on)",
@@ -491,8 +483,7 @@ def _mega_rank_stops(lay: Layout, steps: int, rng: np.random.Generator) -> Scena
             onset_step=onset,
             expected_levels=("missing",),
         ),
-        noise=PROD_NOISE,
-        mega_faults=(MegaFault("stop", (r,), onset),),
+        MegaFault("stop", (r,), onset),
     )
 
 
