@@ -73,6 +73,35 @@ def test_unexplained_l1_is_a_job_culprit() -> None:
     assert [(c.group_kind, c.kind, c.ranks) for c in cs] == [("job", "jitter", ())]
 
 
+def _missing(rank: int, step: int) -> Finding:
+    return Finding(
+        job="j",
+        level="L1",
+        kind="missing_rank",
+        group_kind="job",
+        group_id="all",
+        ranks=(rank,),
+        window_start_step=step,
+        window_end_step=step,
+        score=1.0,
+        threshold=0.0,
+    )
+
+
+def test_a_missing_rank_is_its_own_culprit_beside_a_straggler() -> None:
+    """A rank that stopped reporting is not step-time evidence of the window's straggler
+    (it was attached to it as any L1 window, and never paged): it pages on its own."""
+    st = funnel.FunnelState()
+    triggered: list[str] = []
+    for w in range(3):
+        found = [l2((4,), w=(w * 10, w * 10 + 9), z=4.0)]
+        found += [_missing(5, k) for k in range(w * 10, w * 10 + 10)]
+        st, out = funnel.step(st, found)
+        assert sorted(c.ranks for c in funnel.join(found)) == [(4,), (5,)]
+        triggered += [a["dedup_key"] for a in out.alerts if a["action"] == "trigger"]
+    assert "j/job/all/5/missing_rank" in triggered, triggered
+
+
 def test_two_independent_stragglers_stay_apart() -> None:
     cs = funnel.join([l2((1,)), l2((40,), group=("dp", "pp1"))])
     assert sorted(c.ranks for c in cs) == [(1,), (40,)]

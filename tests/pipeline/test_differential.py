@@ -17,6 +17,10 @@ a record twice), and nothing may be in the DLQ (a late record is lost to its win
 * the alert triggers: dedup key, levels, the culprit's first and last seen event time, and
   the alert id (which hashes the funnel window that fired).
 
+In ``kill-steps`` and ``lag`` one rank's collector also dies mid-job (``Mode.stop``): its
+``missing_rank`` (the silent-rank rule, docs/pipeline.md) must come out the same live,
+across the steps worker's restart and the catch-up, as offline.
+
 Fault modes (``MODES``): ``lag`` (published ~4x faster than the workers keep up on 2
 cores; the test checks the backlog grew while publishing), ``late-l3`` (the kernel-roles
 worker starts 60 s after the job), ``kill-kernels`` and ``kill-steps`` (SIGKILL of that
@@ -80,15 +84,22 @@ class Mode:
     late_s: float = 0.0  # kernel-roles worker started this long after the job began
     broker_down_s: float = 0.0  # private broker stopped at step ``at`` for this long
     probe_lag: bool = False  # sample the raw backlog every 10 steps; it must grow
+    stop: tuple[int, int] | None = None  # (rank, step): its collector dies there, job goes on
+
+    def published(self, rec: dict[str, Any]) -> bool:
+        """Whether the job writes ``rec`` (a stopped rank writes nothing from its step on)."""
+        if self.stop is None or rec["rank"] != self.stop[0]:
+            return True
+        return int(rec.get("step", rec.get("window_id", 0))) < self.stop[1]
 
 
 MODES = {
     m.name: m
     for m in (
-        Mode("lag", steps=240, rate=20.0, probe_lag=True),
+        Mode("lag", steps=240, rate=20.0, probe_lag=True, stop=(5, 100)),
         Mode("late-l3", late_s=60.0),
         Mode("kill-kernels", kill="kernels"),
-        Mode("kill-steps", kill="steps"),
+        Mode("kill-steps", kill="steps", stop=(5, 20)),
         Mode("broker", steps=120, at=30, broker_down_s=30.0),
     )
 }
@@ -410,9 +421,17 @@ def test_live_equals_offline(broker_for: Any, tmp_path: Path) -> None:
     mode, settings, env, broker = broker_for
     t0 = time.monotonic()
     run = SimRun.make(SCENARIO, ranks=RANKS, steps=mode.steps, seed=SEED)
-    records = list(simulate(run))
+    records = [rec for rec in simulate(run) if mode.published(rec[2])]
     off = _offline(records)
     assert all(off.ids[lvl] for lvl in LEVELS), {k: len(v) for k, v in off.ids.items()}
+    if mode.stop is not None:  # the silent rank is named (then compared, live vs offline)
+        silent = [
+            a["window_start_step"]
+            for a in off.records.values()
+            if a["kind"] == "missing_rank" and mode.stop[0] in a["ranks"]
+        ]
+        assert min(silent, default=-1) == mode.stop[1], sorted(silent)
+        assert any(t[0].endswith(f"/all/{mode.stop[0]}/missing_rank") for t in off.triggers)
 
     prefix = f"d{time.monotonic_ns() % 10**10}.argus"
     create_topics(settings, prefix=prefix, partitions=PARTITIONS)

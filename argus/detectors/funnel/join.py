@@ -406,7 +406,8 @@ def join(
        Waiting nothing explains is a culprit itself (a rank late for a reason no phase
        measured, a slow collective).
     4. L1 windows attach to every culprit whose window they overlap; unexplained L1 windows
-       are job-level culprits, one per kind.
+       are job-level culprits, one per kind. ``missing_rank`` (L1: ranks that stopped
+       reporting) is not a step-time window: its ranks are a culprit of their own.
     """
     out: list[Culprit] = []
     for job in sorted({f.job for f in findings}):
@@ -497,7 +498,13 @@ def join(
                 host.extend(cl)
         parts.extend(by_group.values())
         made = [_make(p) for p in parts]
-        l1 = [f for f in fs if f.level == "L1"]
+        # a rank that stopped reporting is a culprit of its own (one per set of ranks), not
+        # step-time evidence of whatever else the window holds
+        missing: dict[tuple[int, ...], list[Finding]] = {}
+        for f in fs:
+            if f.kind == "missing_rank":
+                missing.setdefault(tuple(sorted(f.ranks)), []).append(f)
+        l1 = [f for f in fs if f.level == "L1" and f.kind != "missing_rank"]
         used: set[int] = set()
         for i, f in enumerate(l1):
             for j, c in enumerate(made):
@@ -509,6 +516,7 @@ def join(
             if i not in used:
                 by_kind.setdefault(f.kind, []).append(f)
         made.extend(_make(p) for p in by_kind.values())
+        made.extend(_make(p) for p in missing.values())
         out.extend(made)
     out.sort(key=lambda c: c.dedup_key)
     return out
