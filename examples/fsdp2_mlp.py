@@ -6,26 +6,20 @@ through ``instrument_fsdp`` (all-gathers and reduce-scatters) and ``ac.instrumen
 
 On ``--straggler-rank R`` the forward pass is followed by a sleep of ``(slowdown - 1)`` times
 its own duration (a forward hook on the root module), so rank R's ``forward`` is slower and
-its peer waits in the next collective.
+its peer waits in the next collective. ``--schedule`` is the overhead bench's hook
+(``examples/_common.py``).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
-import time
-from pathlib import Path
-from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch import nn
 
-from examples.hf_trainer import _slow_hook, free_port
-from examples.threadcpu import collector_threads_cpu
+from examples._common import BenchHook, launch, parse_args, slow_down
 
 
 def train(rank: int, world: int, args: argparse.Namespace) -> None:
@@ -46,66 +40,32 @@ def train(rank: int, world: int, args: argparse.Namespace) -> None:
     for layer in model:
         fully_shard(layer)
     fully_shard(model)
-    if rank == args.straggler_rank and args.slowdown > 1.0:
-        pre, post = _slow_hook(args.slowdown)
-        model.register_forward_pre_hook(pre)
-        model.register_forward_hook(post)
+    if rank == args.straggler_rank:
+        slow_down(model, args.slowdown)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    col: Any = None
     if args.collect:
         from argus.collectors.integrations.fsdp import instrument_fsdp
 
         instrument_fsdp(model, job=args.job, kernels_period_steps=args.kernels_period_steps)
         ac.instrument(model=model, optimizer=opt, auto_step=False)
-        col = ac.active()
     g = torch.Generator().manual_seed(rank)
-    t0 = time.perf_counter()
+    bench = BenchHook(args)
     for i in range(args.steps):
+        bench.step()
         x = torch.randn(args.batch, d, generator=g)
         with ac.step(i):
             model(x).pow(2).mean().backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
-    seconds = time.perf_counter() - t0
-    summary = {
-        "rank": rank,
-        "steps": args.steps,
-        "seconds": seconds,
-        "collector": {
-            "train_thread_s": col.overhead_total_ns / 1e9,
-            "bg_s": sum(collector_threads_cpu().values()),
-        }
-        if col is not None
-        else {},
-    }
+    bench.finish()
     ac.shutdown()
-    if args.out:
-        Path(f"{args.out}.rank{rank}").write_text(json.dumps(summary))
+    bench.write(rank, world)
     dist.barrier()
     dist.destroy_process_group()
 
 
-def _spawned(rank: int, world: int, port: int, args: argparse.Namespace) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    train(rank, world, args)
-
-
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--world-size", type=int, default=2)
-    p.add_argument("--steps", type=int, default=40)
-    p.add_argument("--job", default=f"fsdp2-demo-{os.getpid()}")
-    p.add_argument("--straggler-rank", type=int, default=-1)
-    p.add_argument("--slowdown", type=float, default=1.0)
-    p.add_argument("--no-collect", dest="collect", action="store_false")
-    p.add_argument("--kernels-period-steps", type=int, default=50)
-    p.add_argument("--d-model", type=int, default=256)
-    p.add_argument("--layers", type=int, default=2)
-    p.add_argument("--batch", type=int, default=64)
-    p.add_argument("--out", default=None)
-    args = p.parse_args(argv)
-    mp.spawn(_spawned, args=(args.world_size, free_port(), args), nprocs=args.world_size)
-    return 0
+    return launch(train, parse_args(__doc__, "fsdp2-demo", argv, d_model=256, layers=2, batch=64))
 
 
 if __name__ == "__main__":

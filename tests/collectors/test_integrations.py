@@ -9,6 +9,8 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -70,104 +72,133 @@ def _assert_named(findings: dict[str, Any], rank: int, phase: str) -> None:
     assert mine[0][0] == phase, mine
 
 
-@pytest.mark.slow
-@pytest.mark.kafka
-def test_hf_trainer_names_the_slow_rank_and_phase(prefixed: Settings, tmp_path: Path) -> None:
-    pytest.importorskip("transformers")
-    steps, world = 30, 2
-    _run(
-        "examples.hf_trainer",
-        prefixed,
-        tmp_path,
-        *("--steps", str(steps), "--world-size", str(world), "--job", "hf-test"),
-        *("--straggler-rank", "1", "--slowdown", "4", "--out", str(tmp_path / "s.json")),
-    )
-    recs, findings = record_and_diagnose(prefixed, tmp_path, steps * world)
-    assert {(r["rank"], r["step"]) for r in recs} == {
-        (r, s) for r in range(world) for s in range(steps)
-    }
-    for r in recs:
-        names = {p["name"] for p in r["phases"]}
-        assert {"forward", "backward", "optimizer", "dp_allreduce"} <= names, (r["step"], names)
-        assert r["job"] == "hf-test"
-    _assert_named(findings, 1, "forward")
+def _megatron_untouched(tmp_path: Path) -> None:
+    """Megatron's own accounting is untouched by the wrapping (rank 1's backward slowed)."""
+    mine = json.loads((tmp_path / "s.json.rank1").read_text())["megatron_elapsed_s"]
+    assert mine["backward-compute"] > mine["forward-compute"] > 0
 
 
-@pytest.mark.slow
-@pytest.mark.kafka
-def test_lightning_names_the_slow_rank_and_phase(prefixed: Settings, tmp_path: Path) -> None:
-    pytest.importorskip("pytorch_lightning")
-    steps, world = 40, 2
-    _run(
-        "examples.lightning_ddp",
-        prefixed,
-        tmp_path,
-        *("--steps", str(steps), "--world-size", str(world), "--job", "pl-test"),
-        *("--straggler-rank", "1", "--slowdown", "4", "--out", str(tmp_path / "s.json")),
-    )
-    recs, findings = record_and_diagnose(prefixed, tmp_path, steps * world)
-    assert {(r["rank"], r["step"]) for r in recs} == {
-        (r, s) for r in range(world) for s in range(steps)
-    }
-    for r in recs:
-        names = {p["name"] for p in r["phases"]}
-        assert {"forward", "backward", "optimizer", "dp_allreduce"} <= names, (r["step"], names)
-        assert r["coords"]["dp_size"] == world if "dp_size" in r["coords"] else True
-    _assert_named(findings, 1, "forward")
+@dataclass(frozen=True)
+class Case:
+    """One framework example: what it needs, the phases every step record must carry
+    (name -> stream kind, ``None``: any kind; ``exact``: no other phase) and the phase its
+    slowed rank 1 must be named in."""
+
+    module: str
+    needs: str
+    steps: int
+    phases: dict[str, str | None]
+    slowed: str
+    exact: bool = False
+    extra: Callable[[Path], None] | None = None
 
 
-@pytest.mark.slow
-@pytest.mark.kafka
-def test_megatron_timers_name_the_slow_rank_and_phase(prefixed: Settings, tmp_path: Path) -> None:
-    """megatron-core's real ``Timers`` (its schedules need CUDA: the step is plain torch,
-    timed by Megatron's timers); rank 1's ``backward-compute`` is slowed."""
-    pytest.importorskip("megatron.core.timers")
-    steps, world = 40, 2
-    _run(
+_DDP: dict[str, str | None] = {
+    "forward": None,
+    "backward": None,
+    "optimizer": None,
+    "dp_allreduce": None,
+}
+CASES = [
+    # transformers Trainer: GPT-2's first block MLP slowed
+    Case("examples.hf_trainer", "transformers", 30, _DDP, "forward"),
+    # Lightning: training_step slowed
+    Case("examples.lightning_ddp", "pytorch_lightning", 40, _DDP, "forward"),
+    # megatron-core's real Timers (its schedules need CUDA: the step is plain torch, timed by
+    # Megatron's timers); backward-compute slowed
+    Case(
         "examples.megatron_timers",
-        prefixed,
-        tmp_path,
-        *("--steps", str(steps), "--world-size", str(world), "--job", "mg-test"),
-        *("--straggler-rank", "1", "--slowdown", "4", "--out", str(tmp_path / "s.json")),
-    )
-    recs, findings = record_and_diagnose(prefixed, tmp_path, steps * world)
-    assert {(r["rank"], r["step"]) for r in recs} == {
-        (r, s) for r in range(world) for s in range(steps)
-    }
-    for r in recs:
-        kinds = {p["name"]: p["stream_kind"] for p in r["phases"]}
-        assert kinds == {
+        "megatron.core.timers",
+        40,
+        {
             "forward": "compute",
             "backward": "compute",
             "dp_allreduce": "comm",
             "optimizer": "compute",
-        }, (r["step"], kinds)
-    # Megatron's own accounting is untouched by the wrapping
-    mine = json.loads((tmp_path / "s.json.rank1").read_text())["megatron_elapsed_s"]
-    assert mine["backward-compute"] > mine["forward-compute"] > 0
-    _assert_named(findings, 1, "backward")
+        },
+        "backward",
+        exact=True,
+        extra=_megatron_untouched,
+    ),
+    # FSDP2 (fully_shard) on gloo: all-gathers and reduce-scatters timed as comm phases on
+    # every step; the root's forward slowed
+    Case(
+        "examples.fsdp2_mlp",
+        "torch.distributed.fsdp",
+        40,
+        {
+            "fsdp_allgather": "comm",
+            "fsdp_reducescatter": "comm",
+            "forward": None,
+            "optimizer": None,
+        },
+        "forward",
+    ),
+]
 
 
 @pytest.mark.slow
 @pytest.mark.kafka
-def test_fsdp2_collectives_and_the_slow_rank(prefixed: Settings, tmp_path: Path) -> None:
-    """FSDP2 (``fully_shard``) on gloo: all-gathers and reduce-scatters are timed as comm
-    phases on every step; rank 1's slowed forward is named."""
-    pytest.importorskip("torch.distributed.fsdp")
-    steps, world = 40, 2
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.module.split(".")[1])
+def test_integration_names_the_slow_rank_and_phase(
+    case: Case, prefixed: Settings, tmp_path: Path
+) -> None:
+    pytest.importorskip(case.needs)
+    world, job = 2, f"{case.module.split('.')[1]}-test"
     _run(
-        "examples.fsdp2_mlp",
+        case.module,
         prefixed,
         tmp_path,
-        *("--steps", str(steps), "--world-size", str(world), "--job", "fsdp-test"),
+        *("--steps", str(case.steps), "--world-size", str(world), "--job", job),
         *("--straggler-rank", "1", "--slowdown", "4", "--out", str(tmp_path / "s.json")),
     )
-    recs, findings = record_and_diagnose(prefixed, tmp_path, steps * world)
+    recs, findings = record_and_diagnose(prefixed, tmp_path, case.steps * world)
     assert {(r["rank"], r["step"]) for r in recs} == {
-        (r, s) for r in range(world) for s in range(steps)
+        (r, s) for r in range(world) for s in range(case.steps)
     }
     for r in recs:
         kinds = {p["name"]: p["stream_kind"] for p in r["phases"]}
-        assert kinds["fsdp_allgather"] == kinds["fsdp_reducescatter"] == "comm", kinds
-        assert {"forward", "optimizer"} <= set(kinds), kinds
-    _assert_named(findings, 1, "forward")
+        assert set(case.phases) <= set(kinds), (r["step"], kinds)
+        assert not case.exact or set(kinds) == set(case.phases), (r["step"], kinds)
+        for name, kind in case.phases.items():
+            assert kind is None or kinds[name] == kind, (r["step"], name, kinds)
+        assert r["job"] == job
+    if case.extra is not None:
+        case.extra(tmp_path)
+    _assert_named(findings, 1, case.slowed)
+
+
+@pytest.mark.slow
+@pytest.mark.kafka
+def test_bench_schedule_switches_the_integrations_channels(
+    prefixed: Settings, tmp_path: Path
+) -> None:
+    """The overhead bench's hook (``--schedule``, ``examples/_common.py``): with
+    ``instrument_timers`` installed throughout, channels off then on per block of steps on
+    both ranks; only the on blocks' steps are published, and each block is timed."""
+    pytest.importorskip("megatron.core.timers")
+    _run(
+        "examples.megatron_timers",
+        prefixed,
+        tmp_path,
+        *("--schedule", "off:6,all:5,off:5,all:5,off:4", "--job", "sched-test"),
+        *("--out", str(tmp_path / "s.json")),
+    )
+    on = [*range(6, 11), *range(16, 21)]
+    # ask for more than expected: any step published from an off block would come back too
+    topic = topic_name("raw.steps", prefixed.topic_prefix)
+    steps = consume(prefixed, topic, 2 * len(on) + 10, timeout_s=15)
+    assert sorted((r["rank"], r["step"]) for _, r in steps) == [(k, s) for k in (0, 1) for s in on]
+    for k in (0, 1):
+        summary = json.loads((tmp_path / f"s.json.rank{k}").read_text())
+        assert summary["steps"] == 25
+        assert summary["collector"]["steps_emitted"] == len(on)
+        blocks = summary["blocks"]
+        assert [(b["mode"], b["steps"]) for b in blocks] == [
+            ("off", 6),
+            ("all", 5),
+            ("off", 5),
+            ("all", 5),
+            ("off", 4),
+        ]
+        assert all(len(b["step_s"]) == b["steps"] and b["seconds"] > 0 for b in blocks)
