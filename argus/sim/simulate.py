@@ -136,8 +136,7 @@ def simulate(
     model = TimingModel(lay, run.scenario.faults, seed=run.seed)
     krng = np.random.default_rng([run.seed, 11])
     coords = [lay.coords(r) for r in range(lay.world)]
-    gpus_per_host = 8
-    hosts = [f"node{r // gpus_per_host:04d}" for r in range(lay.world)]
+    hosts = [host_of(r) for r in range(lay.world)]
     keys = [f"{run.job}/{r}" for r in range(lay.world)]
     t_ns = T0_NS
     for s in range(run.steps):
