@@ -75,6 +75,27 @@ def _as_json(jobs: list[Any], roles: list[Any] | None, now_ms: int) -> str:
     return json.dumps(doc, indent=1)
 
 
+def _show(
+    ctx: click.Context,
+    prefix: str | None,
+    job: str | None,
+    tail: int,
+    as_json: bool,
+    *,
+    workers: bool,
+) -> None:
+    """Print the jobs (and, with ``workers``, the worker roles) as text or JSON."""
+    from argus.drill.status import render
+
+    jobs, roles, note, now_ms = _gather(ctx, prefix, job, tail, workers)
+    text = (
+        _as_json(jobs, roles, now_ms) + "\n"
+        if as_json
+        else render(jobs, roles, now_ms=now_ms, note=note)
+    )
+    click.echo(text, nl=False)
+
+
 _OPTS = [
     click.option("--prefix", default=None, help="topic prefix (default: the settings')"),
     click.option("--job", default=None, help="only this job"),
@@ -103,15 +124,7 @@ def status(
 ) -> None:
     """Each job's time range, last step and open alerts; each worker role's liveness and
     lag in records and seconds (its consumer group's committed offsets)."""
-    from argus.drill.status import render
-
-    jobs, roles, note, now_ms = _gather(ctx, prefix, job, tail, workers=True)
-    text = (
-        _as_json(jobs, roles, now_ms) + "\n"
-        if as_json
-        else render(jobs, roles, now_ms=now_ms, note=note)
-    )
-    click.echo(text, nl=False)
+    _show(ctx, prefix, job, tail, as_json, workers=True)
 
 
 @click.command()
@@ -119,12 +132,4 @@ def status(
 @click.pass_context
 def jobs(ctx: click.Context, prefix: str | None, job: str | None, tail: int, as_json: bool) -> None:
     """Each job's time range, last step and open alerts (``argus status`` without workers)."""
-    from argus.drill.status import render
-
-    rows, _roles, note, now_ms = _gather(ctx, prefix, job, tail, workers=False)
-    text = (
-        _as_json(rows, None, now_ms) + "\n"
-        if as_json
-        else render(rows, None, now_ms=now_ms, note=note)
-    )
-    click.echo(text, nl=False)
+    _show(ctx, prefix, job, tail, as_json, workers=False)
