@@ -7,6 +7,31 @@ section's keys, defaults and ranges: the sink's run-time
 :class:`argus.sinks.pagerduty.worker.PagerDutyConfig` holds it as ``section``, with what the
 sink resolves beside it (the routing key read from the environment or its file, the consumer
 group).
+
+=======================  =============================================  ===================
+key                      meaning                                        default
+=======================  =============================================  ===================
+events_url               Events API v2 endpoint                         PagerDuty's enqueue
+routing_key_file         file holding the routing key (a k8s Secret)    none
+group_id                 consumer group                                 ``<prefix>.pagerduty``
+rate_limit_events        sends allowed per window per routing key       120
+rate_limit_window_s      rolling window, seconds                        60
+request_timeout_s        one HTTP request, seconds                      10
+initial_backoff_s        first wait after 5xx / network error, s        1
+rate_limited_backoff_s   first wait after 429, seconds                  30
+max_backoff_s            cap of one wait, seconds                       300
+backoff_multiplier       growth per attempt                             2
+jitter                   random fraction of each wait                   0.2
+max_attempts             dead-letter after this many failures           0 (never)
+severity_map             table argus severity -> PagerDuty severity     identity
+min_severity             triggers below this are not sent               info
+source                   ``payload.source``                             ``argus/<job>``
+client_url               link shown in the incident                     none
+report_url               template of the ``links`` entry to the report  none
+hosts_from_topology      look up hosts an alert lacks on argus.jobs     true
+poll_timeout_s           one consumer poll, seconds                     0.5
+routing_key              the key itself: environment only               none
+=======================  =============================================  ===================
 """
 
 from __future__ import annotations
@@ -38,7 +63,7 @@ _RANGES = {
 
 @dataclass(frozen=True, kw_only=True)
 class PagerDutySettings:
-    """The ``[pagerduty]`` table (see :mod:`argus.sinks.pagerduty.worker` for each key).
+    """The ``[pagerduty]`` table (the module docstring lists each key).
 
     ``routing_key`` comes only from the environment (``ARGUS_PAGERDUTY_ROUTING_KEY``, or
     ``ARGUS_PAGERDUTY__ROUTING_KEY``), never from the file; ``group_id`` empty means

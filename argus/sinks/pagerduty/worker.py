@@ -13,31 +13,8 @@ The thin shell around :mod:`argus.sinks.pagerduty.events`:
 * reads the routing key from ``ARGUS_PAGERDUTY_ROUTING_KEY`` or the file named by
   ``ARGUS_PAGERDUTY_ROUTING_KEY_FILE`` and never logs it.
 
-Settings (``[pagerduty]`` in argus.toml, or ``ARGUS_PAGERDUTY__<KEY>``; validated when the
-settings load, :class:`argus.sinks.pagerduty.config.PagerDutySettings`):
-
-=======================  =============================================  ===================
-key                      meaning                                        default
-=======================  =============================================  ===================
-events_url               Events API v2 endpoint                         PagerDuty's enqueue
-routing_key_file         file holding the routing key (a k8s Secret)    none
-group_id                 consumer group                                 ``<prefix>.pagerduty``
-rate_limit_events        sends allowed per window per routing key       120
-rate_limit_window_s      rolling window, seconds                        60
-request_timeout_s        one HTTP request, seconds                      10
-initial_backoff_s        first wait after 5xx / network error, s        1
-rate_limited_backoff_s   first wait after 429, seconds                  30
-max_backoff_s            cap of one wait, seconds                       300
-backoff_multiplier       growth per attempt                             2
-jitter                   random fraction of each wait                   0.2
-max_attempts             dead-letter after this many failures           0 (never)
-severity_map             table argus severity -> PagerDuty severity     identity
-min_severity             triggers below this are not sent               info
-source                   ``payload.source``                             ``argus/<job>``
-client_url               link shown in the incident                     none
-poll_timeout_s           one consumer poll, seconds                     0.5
-routing_key              the key itself: environment only               none
-=======================  =============================================  ===================
+Settings: ``[pagerduty]`` in argus.toml, or ``ARGUS_PAGERDUTY__<KEY>``, validated when the
+settings load; each key, its meaning and default in :mod:`argus.sinks.pagerduty.config`.
 """
 
 from __future__ import annotations
