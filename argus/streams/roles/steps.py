@@ -36,12 +36,23 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from argus.detectors import l1
+from argus.detectors.columnar import (
+    GroupBatch,
+    Topology,
+    batch_from_json,
+    batch_to_json,
+    detect_batches,
+    group_batches,
+    join_steps,
+)
 from argus.detectors.findings import Finding
-from argus.detectors.inputs import group_windows, merge_group_windows
+from argus.detectors.inputs import merge_group_windows
 from argus.detectors.l2 import GroupWindow
 from argus.detectors.l2_batch import detect_many
-from argus.routing import DIMS, Routing, group_span, rank_of
+from argus.routing import DIMS, Routing, rank_of
 from argus.streams import metrics, windows
 from argus.streams.pipeline_config import PipelineConfig
 from argus.streams.roles.context import RoleContext, emit_findings, partition_of
@@ -252,21 +263,7 @@ class _L2Steps:
         return cached
 
     def run(self, key: str, job: str, h: BlockHistory) -> list[Finding]:
-        # one entry per step, in step order: a restart may close a step again (the history
-        # table's changelog can be ahead of the window state's), and rows are tuples when
-        # made, lists once restored (JSON)
-        h["recent"] = sorted({r[0]: r for r in h["recent"]}.values(), key=_first)
-        cache = self.cache.setdefault(key, {})
-        self.cache.move_to_end(key)
-        while len(self.cache) > _CACHED_KEYS:
-            self.cache.popitem(last=False)
-        for step, blocks in h["recent"][: -self.width]:
-            cache.pop(step, None)
-            for blk in blocks:
-                k = f"{job}|{step}|b{blk}"
-                if self.table.get(k) is not None:
-                    del self.table[k]
-        h["recent"] = h["recent"][-self.width :]
+        _trim(self, key, job, h)
         t0 = time.perf_counter()
         parts: list[GroupWindow] = []
         for step, blocks in h["recent"]:
@@ -274,6 +271,93 @@ class _L2Steps:
         out = detect_many(merge_group_windows(parts), self.ctx.detectors.l2)
         metrics.DETECT_S.labels("L2").observe(time.perf_counter() - t0)
         return out
+
+
+def _trim(l2s: _L2Steps | _L2Blocks, key: str, job: str, h: BlockHistory) -> None:
+    """Keep the last ``width`` steps of ``h["recent"]`` (one entry per step, in step order)
+    and drop the older steps' windows from the table and the cache."""
+    # one entry per step, in step order: a restart may close a step again (the history
+    # table's changelog can be ahead of the window state's), and rows are tuples when
+    # made, lists once restored (JSON)
+    h["recent"] = sorted({r[0]: r for r in h["recent"]}.values(), key=_first)
+    cache = l2s.cache.setdefault(key, {})
+    l2s.cache.move_to_end(key)
+    while len(l2s.cache) > _CACHED_KEYS:
+        l2s.cache.popitem(last=False)
+    for step, blocks in h["recent"][: -l2s.width]:
+        cache.pop(step, None)
+        for blk in blocks:
+            k = f"{job}|{step}|b{blk}"
+            if l2s.table.get(k) is not None:
+                del l2s.table[k]
+    h["recent"] = h["recent"][-l2s.width :]
+
+
+class _L2Blocks:
+    """The block tier's L2: its own groups' windows kept per step as columnar batches
+    (:mod:`argus.detectors.columnar`), joined over the last ``l2_window_steps`` steps by
+    concatenation and judged one vectorised screen per batch.
+
+    The table ``steps-block-windows`` holds ``<job>|<step>|b<block>`` -> a list of
+    :func:`~argus.detectors.columnar.batch_to_json` (entries of a worker before batches, lists
+    of :func:`window_to_json`, are read too).
+    """
+
+    def __init__(self, ctx: RoleContext, table: str) -> None:
+        self.ctx = ctx
+        self.width = ctx.pcfg.l2_window_steps
+        self.table = ctx.table(table)
+        self.cache: OrderedDict[str, dict[int, list[GroupBatch]]] = OrderedDict()
+
+    def store(self, key: str, job: str, step: int, blk: int, batches: list[GroupBatch]) -> None:
+        if batches:
+            self.table[f"{job}|{step}|b{blk}"] = [batch_to_json(b) for b in batches]
+        self.cache.setdefault(key, {})[step] = batches
+
+    def joined(self, key: str, job: str, step: int, blocks: Sequence[int]) -> list[GroupBatch]:
+        """The batches of ``step`` (from the table after a restart)."""
+        cache = self.cache.setdefault(key, {})
+        cached = cache.get(step)
+        if cached is None:
+            cached = cache[step] = [
+                batch_from_json(job, g)
+                if isinstance(g.get("gs"), list)
+                else _one_group(window_from_json(job, g))
+                for blk in blocks
+                for g in self.table.get(f"{job}|{step}|b{blk}") or ()
+            ]
+        return cached
+
+    def run(self, key: str, job: str, h: BlockHistory) -> list[Finding]:
+        _trim(self, key, job, h)
+        t0 = time.perf_counter()
+        per_step = [self.joined(key, job, step, blocks) for step, blocks in h["recent"]]
+        batches = join_steps(per_step)
+        if batches is not None:
+            out = detect_batches(batches, self.ctx.detectors.l2)
+        else:  # a group changed shape inside the window: merge its windows in general
+            wins = [w for bs in per_step for b in bs for w in b.windows()]
+            out = detect_many(merge_group_windows(wins), self.ctx.detectors.l2)
+        metrics.DETECT_S.labels("L2").observe(time.perf_counter() - t0)
+        return out
+
+
+def _one_group(w: GroupWindow) -> GroupBatch:
+    """A single window as a batch of one group."""
+    it = w.iter_ns if w.iter_ns is not None else np.full(w.durations_ns.shape[:2], np.nan)
+    return GroupBatch(
+        job=w.job,
+        group_kind=w.group_kind,
+        group_ids=(w.group_id,),
+        ranks=w.ranks[None],
+        steps=w.steps,
+        phases=w.phases,
+        stream_kinds=w.stream_kinds,
+        durations_ns=w.durations_ns[None],
+        iter_ns=it[None],
+        start_ns=np.array([w.start_ns], dtype=np.int64),
+        end_ns=np.array([w.end_ns], dtype=np.int64),
+    )
 
 
 class StepBlocks(_Tier):
@@ -298,7 +382,8 @@ class StepBlocks(_Tier):
         self.block_ranks = ctx.pcfg.steps_block_ranks
         self.cells = ctx.table("steps-cells")
         self.hist = ctx.table("steps-block-history")
-        self.l2 = _L2Steps(ctx, "steps-block-windows")
+        self.topo = Topology(self.routing)  # coords -> group ids and spans, once per rank
+        self.l2 = _L2Blocks(ctx, "steps-block-windows")
         self.out = ctx.internal_topic("steps-by-job")
 
     def new(self, key: str) -> BlockState:
@@ -374,17 +459,25 @@ class StepBlocks(_Tier):
             if scopes:
                 digest["l3_scopes"] = scopes
             if "l2" in self.levels:
-                up = []
-                own: list[GroupWindow] = []
                 recs = self._records(job, c.step, c.ranks)
-                coords = {r["rank"]: r["coords"] for r in recs}
-                for w in group_windows(recs, self.routing, job=job):
-                    lo, hi = group_span(coords[int(w.ranks[0])], self.routing.varies(w.group_kind))
-                    if block_of(lo, self.block_ranks) == block_of(hi, self.block_ranks):
-                        own.append(w)
-                    else:
-                        up.append(window_to_json(w))
-                self.l2.store(job, c.step, blk, [window_to_json(w) for w in own], whole=(key, own))
+                own_b: list[GroupBatch] = []
+                spanning: list[GroupWindow] = []
+                for b in group_batches(recs, self.topo, job=job):
+                    mine = [
+                        i
+                        for i, co in enumerate(b.coords)
+                        if self._inside(self.topo.span(co, b.group_kind))
+                    ]
+                    if len(mine) == len(b.group_ids):
+                        own_b.append(b)
+                        continue
+                    if mine:
+                        own_b.append(b.take(mine))
+                    rest = sorted(set(range(len(b.group_ids))) - set(mine))
+                    spanning += b.take(rest).windows()
+                up = [window_to_json(w) for w in sorted(spanning, key=_group_key)]
+                own = sorted((w for b in own_b for w in b.windows()), key=_group_key)
+                self.l2.store(key, job, c.step, blk, own_b)
                 digest["transfer"] = transfer_rows(own)  # the job tier compares all groups
                 h["recent"].append((c.step, [blk]))
                 sent = await emit_findings(
@@ -403,6 +496,10 @@ class StepBlocks(_Tier):
             self.hist[key] = h
         if digests:
             await self.ctx.send_keyed(self.out, job, {"items": digests, "t": time.time()})
+
+    def _inside(self, span: tuple[int, int]) -> bool:
+        """Whether layout positions ``span`` (a group's lowest and highest) are one block's."""
+        return block_of(span[0], self.block_ranks) == block_of(span[1], self.block_ranks)
 
     def _records(self, job: str, step: int, ranks: tuple[int, ...]) -> list[dict[str, Any]]:
         """The step records of one closed step, taken out of the ``cells`` table."""
@@ -435,6 +532,10 @@ class StepBlocks(_Tier):
                 }
             )
         return records
+
+
+def _group_key(w: GroupWindow) -> tuple[str, str]:
+    return (w.group_kind, w.group_id)
 
 
 def _split(key: str) -> tuple[str, int]:

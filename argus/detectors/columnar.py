@@ -1,0 +1,456 @@
+"""Columnar L2 inputs: the group windows of one group kind and shape as one set of arrays.
+
+The steps roles' rank blocks build, keep and judge every group of a kind at once instead of
+one :class:`~argus.detectors.l2.GroupWindow` object per group:
+
+* :func:`group_batches` - one step's (or window's) step rows -> :class:`GroupBatch` es, the
+  groups of one kind and one shape (ranks x steps x phases) stacked; the windows of
+  ``[w for b in batches for w in b.windows()]`` sorted by (kind, id) are exactly
+  :func:`argus.detectors.inputs.group_windows` of the same records;
+* :func:`join_steps` - batches of the last few steps -> the sliding window's batches
+  (concatenated along steps), or None when a group changed shape (the caller then merges
+  windows the general way);
+* :func:`detect_batches` - L2 of the batches: one vectorised screen per batch
+  (:func:`argus.detectors.l2_batch.screen`), ``l2.detect`` on the groups it keeps; findings
+  in (kind, id) order as one ``detect`` per group gives them;
+* :func:`batch_to_json` / :func:`batch_from_json` - the persisted form (role state).
+
+Rank -> group ids and rank -> layout span are looked up in tables built once per coords
+(:class:`Topology`), not per record.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from argus.detectors import l2
+from argus.detectors.config import L2Config
+from argus.detectors.findings import Finding
+from argus.detectors.l2 import GroupWindow
+from argus.detectors.l2_batch import screen
+from argus.errors import DetectorInputError
+from argus.routing import Routing, group_span
+
+__all__ = [
+    "GroupBatch",
+    "Topology",
+    "batch_from_json",
+    "batch_to_json",
+    "detect_batches",
+    "group_batches",
+    "join_steps",
+]
+
+
+class Topology:
+    """Lookup tables of one routing: coords -> group id per kind, coords -> layout span.
+
+    Keyed by the coords' items (a job's ranks share a handful of shapes of coords, one entry
+    per rank), so each is computed once per rank, not once per record and phase.
+    """
+
+    def __init__(self, routing: Routing) -> None:
+        self.routing = routing
+        self._gid: dict[tuple[Any, ...], dict[str, str]] = {}
+        self._span: dict[tuple[Any, ...], tuple[int, int]] = {}
+        self._kind: dict[tuple[str, str], str] = {}
+
+    def kind_of(self, name: str, stream_kind: str) -> str:
+        k = self._kind.get((name, stream_kind))
+        if k is None:
+            k = self._kind[(name, stream_kind)] = self.routing.kind_of(name, stream_kind)
+        return k
+
+    def gids(self, coords: Mapping[str, Any]) -> dict[str, str]:
+        """``{kind: group id}`` of ``coords`` (filled per kind on first use)."""
+        key = tuple(coords.items())
+        try:
+            out = self._gid.get(key)
+        except TypeError:  # unhashable values: the routing's own check raises
+            return _Uncached(self.routing, coords)
+        if out is None:
+            if len(self._gid) > 1 << 20:
+                self._gid.clear()
+            out = self._gid[key] = _Lazy(self.routing, coords)
+        return out
+
+    def span(self, coords: Mapping[str, Any], kind: str) -> tuple[int, int]:
+        """:func:`argus.routing.group_span` of the group of ``kind`` holding ``coords``."""
+        key = (kind, *coords.items())
+        out = self._span.get(key)
+        if out is None:
+            if len(self._span) > 1 << 20:
+                self._span.clear()
+            out = self._span[key] = group_span(coords, self.routing.varies(kind))
+        return out
+
+
+class _Lazy(dict[str, str]):
+    """A coords' group ids, computed on the first lookup of each kind."""
+
+    def __init__(self, routing: Routing, coords: Mapping[str, Any]) -> None:
+        super().__init__()
+        self.routing = routing
+        self.coords = dict(coords)
+
+    def __missing__(self, kind: str) -> str:
+        gid = self[kind] = self.routing.group_for_kind(self.coords, kind)
+        return gid
+
+
+class _Uncached(_Lazy):
+    def __missing__(self, kind: str) -> str:
+        return self.routing.group_for_kind(self.coords, kind)
+
+
+@dataclass(frozen=True)
+class GroupBatch:
+    """G comparison groups of one kind and one shape, stacked (L2 input).
+
+    Attributes
+    ----------
+    job, group_kind : str
+    group_ids : tuple of str
+        (G,), sorted.
+    ranks : (G, R) int64 array
+        Each group's global ranks, ascending.
+    steps : (S,) int64 array
+    phases, stream_kinds : tuple of str
+        (P,) phase names (sorted) and their stream kinds.
+    durations_ns : (G, R, S, P) float64 array
+        ns; NaN where a rank lacks the step or the phase.
+    iter_ns : (G, R, S) float64 array
+        ns; NaN: missing.
+    start_ns, end_ns : (G,) int64 arrays
+        Each group's event-time span, ns since epoch.
+    coords : tuple of mappings
+        (G,) the coords of one member of each group (its layout span).
+    """
+
+    job: str
+    group_kind: str
+    group_ids: tuple[str, ...]
+    ranks: np.ndarray
+    steps: np.ndarray
+    phases: tuple[str, ...]
+    stream_kinds: tuple[str, ...]
+    durations_ns: np.ndarray
+    iter_ns: np.ndarray
+    start_ns: np.ndarray
+    end_ns: np.ndarray
+    coords: tuple[Mapping[str, Any], ...] = ()
+
+    def window(self, i: int) -> GroupWindow:
+        """Group ``i`` as a :class:`GroupWindow` (arrays are views; checked once per batch)."""
+        w = object.__new__(GroupWindow)
+        for name, v in (
+            ("job", self.job),
+            ("group_kind", self.group_kind),
+            ("group_id", self.group_ids[i]),
+            ("ranks", self.ranks[i]),
+            ("steps", self.steps),
+            ("phases", self.phases),
+            ("stream_kinds", self.stream_kinds),
+            ("durations_ns", self.durations_ns[i]),
+            ("start_ns", int(self.start_ns[i])),
+            ("end_ns", int(self.end_ns[i])),
+            ("iter_ns", self.iter_ns[i]),
+        ):
+            object.__setattr__(w, name, v)
+        return w
+
+    def windows(self) -> list[GroupWindow]:
+        return [self.window(i) for i in range(len(self.group_ids))]
+
+    def take(self, idx: Sequence[int] | np.ndarray) -> GroupBatch:
+        """The groups ``idx`` (ascending) of this batch."""
+        ix = np.asarray(idx, dtype=np.int64)
+        return GroupBatch(
+            job=self.job,
+            group_kind=self.group_kind,
+            group_ids=tuple(self.group_ids[i] for i in ix.tolist()),
+            ranks=self.ranks[ix],
+            steps=self.steps,
+            phases=self.phases,
+            stream_kinds=self.stream_kinds,
+            durations_ns=self.durations_ns[ix],
+            iter_ns=self.iter_ns[ix],
+            start_ns=self.start_ns[ix],
+            end_ns=self.end_ns[ix],
+            coords=tuple(self.coords[i] for i in ix.tolist()) if self.coords else (),
+        )
+
+    def shape_key(self) -> tuple[Any, ...]:
+        """What two steps' batches share when :func:`join_steps` can concatenate them."""
+        return (
+            self.group_kind,
+            self.group_ids,
+            self.ranks.tobytes(),
+            self.ranks.shape,
+            self.phases,
+            self.stream_kinds,
+        )
+
+
+def group_batches(
+    records: Iterable[Mapping[str, Any]], topo: Topology, *, job: str, self_time: bool = True
+) -> list[GroupBatch]:
+    """L2 inputs of ``records`` (one job's step records, phases as dicts), batched by group
+    kind and shape.
+
+    The columnar form of :func:`argus.detectors.inputs.group_windows` (same values: phases of
+    one name in one rank's step summed, compute phases on their self time), sorted by
+    (kind, shape); each batch's groups by id.
+
+    Raises
+    ------
+    DetectorInputError
+        A phase with a negative or missing duration.
+    """
+    from argus.detectors.inputs import nested_waits
+
+    gidx: dict[tuple[str, str], int] = {}
+    g_coords: list[Mapping[str, Any]] = []
+    g_span: list[list[int]] = []
+    cells: dict[tuple[int, int, int, str], float] = {}
+    iters: dict[tuple[int, int, int], float] = {}
+    phase_kind: dict[tuple[int, str], str] = {}
+    kind_of = topo.kind_of
+    for rec in records:
+        rk, st = int(rec["rank"]), int(rec["step"])
+        a, b = int(rec["start_ns"]), int(rec["end_ns"])
+        coords = rec.get("coords") or {}
+        gids = topo.gids(coords)
+        phases = rec["phases"]
+        nested = nested_waits(phases) if self_time else {}
+        seen: set[int] = set()
+        for ph in phases:
+            name, sk, dur = ph["name"], ph.get("stream_kind", "compute"), ph.get("duration_ns")
+            kind = kind_of(name, sk)
+            key = (kind, gids[kind])
+            gi = gidx.get(key)
+            if gi is None:
+                gi = gidx[key] = len(g_coords)
+                g_coords.append(coords)
+                g_span.append([a, b])
+            if dur is None or dur < 0:
+                raise DetectorInputError(
+                    f"step_record {job}/{rk} step {st}: phase {name!r} has "
+                    f"duration_ns {dur!r}; must be >= 0"
+                )
+            ck = (gi, rk, st, name)
+            cells[ck] = cells.get(ck, 0.0) + float(dur) - nested.get(id(ph), 0.0)
+            if (gi, name) not in phase_kind:
+                phase_kind[(gi, name)] = sk
+            if gi not in seen:
+                seen.add(gi)
+                iters[(gi, rk, st)] = float(b - a)
+                sp = g_span[gi]
+                if a < sp[0]:
+                    sp[0] = a
+                if b > sp[1]:
+                    sp[1] = b
+    if not cells:
+        return []
+    return _assemble(job, gidx, g_coords, g_span, cells, iters, phase_kind)
+
+
+def _assemble(
+    job: str,
+    gidx: dict[tuple[str, str], int],
+    g_coords: list[Mapping[str, Any]],
+    g_span: list[list[int]],
+    cells: dict[tuple[int, int, int, str], float],
+    iters: dict[tuple[int, int, int], float],
+    phase_kind: dict[tuple[int, str], str],
+) -> list[GroupBatch]:
+    """The arrays of :func:`group_batches` from its cells (numpy, no loop over cells)."""
+    names = sorted({k[3] for k in cells})
+    name_id = {n: i for i, n in enumerate(names)}
+    keys = list(cells)
+    e = np.array([(k[0], k[1], k[2], name_id[k[3]]) for k in keys], dtype=np.int64)
+    val = np.fromiter(cells.values(), dtype=np.float64, count=len(keys))
+    g, rk, st, ph = e[:, 0], e[:, 1], e[:, 2], e[:, 3]
+    n_g = len(g_coords)
+    r_pos, r_n, r_vals, r_u, r_first = _positions(g, rk, n_g)
+    s_pos, _s_n, s_vals, _u, _f = _positions(g, st, n_g)
+    p_pos, _p_n, p_vals, _u, _f = _positions(g, ph, n_g)
+    # each group's signature: its kind, its shape and its phases
+    groups: dict[tuple[Any, ...], list[int]] = {}
+    by_key = sorted(gidx.items())  # (kind, gid) order
+    for (kind, _gid), gi in by_key:
+        phs = tuple(names[int(x)] for x in p_vals[gi])
+        sig = (
+            kind,
+            int(r_n[gi]),
+            s_vals[gi].tobytes(),
+            phs,
+            tuple(phase_kind[(gi, p)] for p in phs),
+        )
+        groups.setdefault(sig, []).append(gi)
+    # slot of each group inside its batch
+    slot = np.zeros(n_g, dtype=np.int64)
+    batch_of = np.zeros(n_g, dtype=np.int64)
+    sigs = list(groups)
+    for bi, sig in enumerate(sigs):
+        mem = np.asarray(groups[sig], dtype=np.int64)
+        slot[mem] = np.arange(mem.size)
+        batch_of[mem] = bi
+    eb = batch_of[g]
+    ik = list(iters)
+    ie = np.array(ik, dtype=np.int64).reshape(-1, 3)
+    iv = np.fromiter(iters.values(), dtype=np.float64, count=len(ik))
+    gid_of = {gi: gid for (_k, gid), gi in gidx.items()}
+    out: list[GroupBatch] = []
+    for bi, sig in enumerate(sigs):
+        kind, r, _s, phs, sks = sig
+        members = groups[sig]
+        steps = s_vals[members[0]]
+        s, p = steps.size, len(phs)
+        d = np.full((len(members), r, s, p), np.nan)
+        sel = eb == bi
+        d[slot[g[sel]], r_pos[sel], s_pos[sel], p_pos[sel]] = val[sel]
+        it = np.full((len(members), r, s), np.nan)
+        isel = batch_of[ie[:, 0]] == bi
+        ig = ie[isel, 0]
+        ir = np.searchsorted(r_u, (ig << 32) | ie[isel, 1]) - r_first[ig]
+        it[slot[ig], ir, np.searchsorted(steps, ie[isel, 2])] = iv[isel]
+        span = np.array([g_span[gi] for gi in members], dtype=np.int64).reshape(-1, 2)
+        out.append(
+            GroupBatch(
+                job=job,
+                group_kind=kind,
+                group_ids=tuple(gid_of[gi] for gi in members),
+                ranks=np.stack([r_vals[gi] for gi in members]),
+                steps=steps,
+                phases=phs,
+                stream_kinds=sks,
+                durations_ns=d,
+                iter_ns=it,
+                start_ns=span[:, 0],
+                end_ns=span[:, 1],
+                coords=tuple(g_coords[gi] for gi in members),
+            )
+        )
+    return out
+
+
+def _positions(
+    g: np.ndarray, x: np.ndarray, n_g: int
+) -> tuple[np.ndarray, np.ndarray, list[np.ndarray], np.ndarray, np.ndarray]:
+    """Per entry, the position of ``x`` (>= 0, < 2**32) among its group's sorted distinct
+    values; per group their count and the values; the sorted keys and each group's first."""
+    u = np.unique((g << 32) | x)
+    ug = u >> 32
+    first = np.searchsorted(ug, np.arange(n_g))
+    pos = np.searchsorted(u, (g << 32) | x) - first[g]
+    counts = np.bincount(ug, minlength=n_g)
+    low = u & 0xFFFFFFFF
+    ends = np.append(first[1:], u.size).tolist()
+    vals = [low[a:b] for a, b in zip(first.tolist(), ends, strict=True)]
+    return pos, counts, vals, u, first
+
+
+def join_steps(per_step: Sequence[Sequence[GroupBatch]]) -> list[GroupBatch] | None:
+    """The sliding window's batches from each step's (steps ascending, disjoint): each
+    batch concatenated along steps; None when the steps' batches differ in their groups,
+    ranks or phases (a rank joined or left; the caller merges windows in general)."""
+    if not per_step:
+        return []
+    first = per_step[0]
+    keys = [b.shape_key() for b in first]
+    for batches in per_step[1:]:
+        if len(batches) != len(first) or [b.shape_key() for b in batches] != keys:
+            return None
+    if len(per_step) == 1:
+        return list(first)
+    out = []
+    for i, b0 in enumerate(first):
+        parts = [batches[i] for batches in per_step]
+        out.append(
+            GroupBatch(
+                job=b0.job,
+                group_kind=b0.group_kind,
+                group_ids=b0.group_ids,
+                ranks=b0.ranks,
+                steps=np.concatenate([b.steps for b in parts]),
+                phases=b0.phases,
+                stream_kinds=b0.stream_kinds,
+                durations_ns=np.concatenate([b.durations_ns for b in parts], axis=2),
+                iter_ns=np.concatenate([b.iter_ns for b in parts], axis=2),
+                start_ns=np.min([b.start_ns for b in parts], axis=0),
+                end_ns=np.max([b.end_ns for b in parts], axis=0),
+                coords=b0.coords,
+            )
+        )
+    return out
+
+
+def detect_batches(batches: Sequence[GroupBatch], cfg: L2Config | None = None) -> list[Finding]:
+    """``l2.detect`` of every group of ``batches``, in (kind, id) order, each batch screened
+    in one pass (:func:`argus.detectors.l2_batch.screen`)."""
+    cfg = cfg or L2Config()
+    found: list[tuple[str, str, list[Finding]]] = []
+    for b in batches:
+        if not b.group_ids:
+            continue
+        for i in np.flatnonzero(screen(b.durations_ns, b.iter_ns, b.stream_kinds, cfg)).tolist():
+            f = l2.detect(b.window(i), cfg)
+            if f:
+                found.append((b.group_kind, b.group_ids[i], f))
+    found.sort(key=lambda x: (x[0], x[1]))
+    return [f for _k, _g, fs in found for f in fs]
+
+
+def _b64(a: np.ndarray) -> str:
+    return base64.b64encode(np.ascontiguousarray(a, dtype="<f8").tobytes()).decode()
+
+
+def _arr(s: str, shape: tuple[int, ...]) -> np.ndarray:
+    return np.frombuffer(base64.b64decode(s), dtype="<f8").reshape(shape).copy()
+
+
+def batch_to_json(b: GroupBatch) -> dict[str, Any]:
+    """A batch as JSON: ``{"k", "gs", "r", "s", "p", "sk", "a", "b", "d", "it"}`` (kind, ids,
+    (G, R) ranks, steps, phases, stream kinds, (G,) start/end ns, the (G, R, S, P) durations
+    and (G, R, S) iteration times as base64 little-endian float64); the job is the key's.
+    ``"gs"`` (a list) tells it from a single window (:func:`argus.streams.step_digest.window_to_json`).
+    """
+    return {
+        "k": b.group_kind,
+        "gs": list(b.group_ids),
+        "r": b.ranks.tolist(),
+        "s": b.steps.tolist(),
+        "p": list(b.phases),
+        "sk": list(b.stream_kinds),
+        "a": b.start_ns.tolist(),
+        "b": b.end_ns.tolist(),
+        "d": _b64(b.durations_ns),
+        "it": _b64(b.iter_ns),
+    }
+
+
+def batch_from_json(job: str, d: Mapping[str, Any]) -> GroupBatch:
+    """The inverse of :func:`batch_to_json` (no coords: a restored batch is judged, not
+    split again)."""
+    ranks = np.asarray(d["r"], dtype=np.int64).reshape(len(d["gs"]), -1)
+    g, r = ranks.shape
+    s, p = len(d["s"]), len(d["p"])
+    return GroupBatch(
+        job=job,
+        group_kind=d["k"],
+        group_ids=tuple(d["gs"]),
+        ranks=ranks,
+        steps=np.asarray(d["s"], dtype=np.int64),
+        phases=tuple(d["p"]),
+        stream_kinds=tuple(d["sk"]),
+        durations_ns=_arr(d["d"], (g, r, s, p)),
+        iter_ns=_arr(d["it"], (g, r, s)),
+        start_ns=np.asarray(d["a"], dtype=np.int64),
+        end_ns=np.asarray(d["b"], dtype=np.int64),
+    )

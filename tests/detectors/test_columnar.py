@@ -1,0 +1,89 @@
+"""Columnar group windows (:mod:`argus.detectors.columnar`) equal the per-record ones."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import numpy as np
+
+from argus.detectors import l2
+from argus.detectors.columnar import (
+    Topology,
+    batch_from_json,
+    batch_to_json,
+    detect_batches,
+    group_batches,
+    join_steps,
+)
+from argus.detectors.config import L2Config
+from argus.detectors.inputs import group_windows, merge_group_windows
+from argus.routing import Routing
+from argus.sim.simulate import SimRun, simulate
+
+
+def _steps(scenario: str, ranks: int, steps: int) -> list[dict[str, Any]]:
+    run = SimRun.make(scenario, ranks=ranks, steps=steps, seed=2, kernels=False)
+    return [r for topic, _k, r in simulate(run) if topic == "raw.steps"]
+
+
+def _windows(batches: list[Any]) -> list[l2.GroupWindow]:
+    return sorted(
+        (w for b in batches for w in b.windows()), key=lambda w: (w.group_kind, w.group_id)
+    )
+
+
+def _assert_same(a: list[l2.GroupWindow], b: list[l2.GroupWindow]) -> None:
+    assert [(w.group_kind, w.group_id, w.phases, w.stream_kinds) for w in a] == [
+        (w.group_kind, w.group_id, w.phases, w.stream_kinds) for w in b
+    ]
+    for x, y in zip(a, b, strict=True):
+        assert (x.start_ns, x.end_ns) == (y.start_ns, y.end_ns)
+        np.testing.assert_array_equal(x.ranks, y.ranks)
+        np.testing.assert_array_equal(x.steps, y.steps)
+        np.testing.assert_array_equal(x.durations_ns, y.durations_ns)  # NaN == NaN here
+        np.testing.assert_array_equal(x.iter_ns, y.iter_ns)
+
+
+def test_batches_equal_group_windows_with_gaps_and_repeated_phases() -> None:
+    recs = _steps("pp-stage-straggler", 64, 3)
+    recs = [r for r in recs if not (r["step"] == 1 and r["rank"] == 3)]  # a NaN cell
+    recs = copy.deepcopy(recs)
+    recs[5]["phases"].append(dict(recs[5]["phases"][0]))  # one name twice: summed
+    del recs[9]["phases"][1]  # a rank lacking a phase
+    job = recs[0]["job"]
+    topo = Topology(Routing.default())
+    _assert_same(_windows(group_batches(recs, topo, job=job)), group_windows(recs, job=job))
+
+
+def test_joined_steps_and_json_round_trip_equal_merged_windows() -> None:
+    recs = _steps("compute-straggler", 32, 4)
+    job = recs[0]["job"]
+    topo = Topology(Routing.default())
+    per_step = [
+        [
+            batch_from_json(job, batch_to_json(b))
+            for b in group_batches([r for r in recs if r["step"] == s], topo, job=job)
+        ]
+        for s in range(4)
+    ]
+    joined = join_steps(per_step)
+    assert joined is not None
+    whole = group_windows(recs, job=job)
+    _assert_same(_windows(joined), whole)
+    _assert_same(
+        _windows(joined), merge_group_windows(w for bs in per_step for b in bs for w in b.windows())
+    )
+    cfg = L2Config()
+    found = detect_batches(joined, cfg)
+    assert found == [f for w in whole for f in l2.detect(w, cfg)]
+    assert any(f.kind == "straggler" for f in found)
+
+
+def test_a_group_changing_shape_is_not_joined() -> None:
+    recs = _steps("compute-straggler", 32, 2)
+    job = recs[0]["job"]
+    topo = Topology(Routing.default())
+    a = group_batches([r for r in recs if r["step"] == 0], topo, job=job)
+    b = group_batches([r for r in recs if r["step"] == 1 and r["rank"] != 2], topo, job=job)
+    assert join_steps([a, b]) is None
