@@ -58,12 +58,13 @@ from argus.summaries.quantile_wire import (
 from argus.summaries.summary_record import (
     BatchError,
     KernelNames,
+    SummarizedBatches,
     batch_columns,
     groups_from_summary,
     names_from_summary,
     summarize_batch,
+    summarize_batches,
     summary_columns,
-    summary_from_many,
 )
 
 __all__ = [
@@ -80,6 +81,7 @@ __all__ = [
     "KernelNames",
     "ManySummary",
     "Rejected",
+    "SummarizedBatches",
     "Summary",
     "SummaryInputError",
     "batch_columns",
@@ -102,9 +104,9 @@ __all__ = [
     "quantile_matrix",
     "summarize",
     "summarize_batch",
+    "summarize_batches",
     "summarize_many",
     "summary_columns",
-    "summary_from_many",
     "through_wire",
     "w1",
     "w1_matrix_to_reference",

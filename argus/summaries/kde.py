@@ -67,6 +67,7 @@ __all__ = [
     "DEFAULT",
     "PAPER",
     "ROBUST",
+    "BlockSummaries",
     "Cluster",
     "KdeConfig",
     "ManySummary",
@@ -75,6 +76,7 @@ __all__ = [
     "SummaryInputError",
     "config_for_method",
     "summarize",
+    "summarize_blocks",
     "summarize_many",
 ]
 
@@ -434,6 +436,48 @@ class ManySummary:
         return {int(gid): self.summary(i) for i, gid in enumerate(self.group_ids)}
 
 
+@dataclass(frozen=True, eq=False)
+class BlockSummaries:
+    """Result of :func:`summarize_blocks`: the groups of B blocks in one :class:`ManySummary`.
+
+    Attributes
+    ----------
+    many : ManySummary
+        Every block's groups, block by block (each block's by increasing id); ``group_ids``
+        are the ids as given (the same id may recur in several blocks); ``rejected`` is the
+        total.
+    block_groups : (B + 1,) int64
+        Groups of block b are rows ``block_groups[b]:block_groups[b + 1]`` of ``many``.
+    rejected : tuple of Rejected
+        Invalid durations of each block.
+    """
+
+    many: ManySummary
+    block_groups: np.ndarray
+    rejected: tuple[Rejected, ...]
+
+    @property
+    def n_blocks(self) -> int:
+        return int(self.block_groups.size - 1)
+
+    def block(self, b: int) -> ManySummary:
+        """Block b's result, as :func:`summarize_many` of its events alone returns it."""
+        m = self.many
+        g0, g1 = int(self.block_groups[b]), int(self.block_groups[b + 1])
+        c0, c1 = int(m.group_first[g0]), int(m.group_first[g1])
+        return ManySummary(
+            group_ids=m.group_ids[g0:g1],
+            group_n=m.group_n[g0:g1],
+            group_first=m.group_first[g0 : g1 + 1] - c0,
+            cluster_group=m.cluster_group[c0:c1] - g0,
+            cluster_count=m.cluster_count[c0:c1],
+            cluster_quantiles_ns=m.cluster_quantiles_ns[c0:c1],
+            quantile_levels=m.quantile_levels,
+            method=m.method,
+            rejected=self.rejected[b],
+        )
+
+
 # -- the computation ----------------------------------------------------------------------------
 
 
@@ -503,9 +547,9 @@ def _reject(d: np.ndarray) -> tuple[np.ndarray | None, Rejected]:
     return valid, Rejected(nonpositive=int(d.size - valid.sum()) - nan - inf, nan=nan, inf=inf)
 
 
-def _densify(g: np.ndarray, scale: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Dense label of each event times ``scale`` (n,) float64, distinct ids (G,) increasing,
-    counts (G,)."""
+def _densify(g: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Dense label of each event (n,) int64 (groups ordered by id), distinct ids (G,)
+    increasing, counts (G,)."""
     limit = 4 * g.size + 4096
     gmax = int(g.max())
     base = 0 if gmax < limit else int(g.min())
@@ -513,12 +557,12 @@ def _densify(g: np.ndarray, scale: float) -> tuple[np.ndarray, np.ndarray, np.nd
         gi = (g - base if base else g).astype(np.intp, copy=False)
         counts_all = np.bincount(gi, minlength=gmax - base + 1)
         present = counts_all > 0
-        lut = present.cumsum() - 1.0
-        lut *= scale
+        lut = present.cumsum()
+        lut -= 1
         ids = present.nonzero()[0].astype(np.int64) + base
-        return lut[gi], ids, counts_all[present].astype(np.int64)
+        return lut[gi].astype(np.int64, copy=False), ids, counts_all[present].astype(np.int64)
     ids, labels, counts = np.unique(g, return_inverse=True, return_counts=True)
-    return labels.reshape(-1) * scale, ids.astype(np.int64), counts.astype(np.int64)
+    return labels.reshape(-1).astype(np.int64), ids.astype(np.int64), counts.astype(np.int64)
 
 
 @functools.lru_cache(maxsize=16)
@@ -579,54 +623,148 @@ def summarize_many(
     the bench workload).
     """
     g_in, d_in = _validate(group_ids, durations_ns)
+    return _summarize(g_in, d_in, np.array([g_in.size], np.int64), config).many
+
+
+def summarize_blocks(
+    group_ids: npt.ArrayLike,
+    durations_ns: npt.ArrayLike,
+    block_sizes: npt.ArrayLike,
+    *,
+    config: KdeConfig = PAPER,
+) -> BlockSummaries:
+    """:func:`summarize_many` of several independent blocks (e.g. rank-windows) in one call.
+
+    The events of block b are the ``block_sizes[b]`` events after those of the blocks before
+    it; groups never span blocks (the same group id in two blocks is two groups). Block b's
+    result (:meth:`BlockSummaries.block`) is bit for bit what ``summarize_many`` gives for
+    its events alone: every float operation sees the values the single call sees (per-block
+    log offset and stride, positions relative to the block); only the fixed cost of the
+    call (about 100 numpy calls) is paid once instead of once per block.
+
+    Parameters
+    ----------
+    group_ids : (n,) array_like of non-negative int
+    durations_ns : (n,) array_like of float or int, ns
+    block_sizes : (B,) array_like of non-negative int
+        Events per block; they sum to n.
+    config : KdeConfig
+
+    Raises
+    ------
+    SummaryInputError
+        As :func:`summarize_many`, or block sizes that are negative or do not sum to n.
+    """
+    g_in, d_in = _validate(group_ids, durations_ns)
+    sizes = np.asarray(block_sizes)
+    if sizes.ndim != 1 or (sizes.size and sizes.dtype.kind not in "iu"):
+        raise SummaryInputError(
+            f"block_sizes must be 1-D integers, got {sizes.dtype} {sizes.shape}"
+        )
+    sizes = sizes.astype(np.int64)
+    if (sizes < 0).any() or int(sizes.sum()) != g_in.size:
+        raise SummaryInputError(
+            f"block_sizes must be >= 0 and sum to the {g_in.size} events, "
+            f"got sum {int(sizes.sum())}"
+        )
+    return _summarize(g_in, d_in, sizes, config)
+
+
+def _summarize(
+    g_in: np.ndarray, d_in: np.ndarray, sizes: np.ndarray, config: KdeConfig
+) -> BlockSummaries:
+    """The computation of :func:`summarize_blocks` (inputs validated; ``sizes`` (B,) int64).
+
+    See the module doc for the steps. With several blocks, each block keeps its own log
+    offset ``x0`` and ``stride``, the sort runs per block, and grid and event positions
+    enter floating-point arithmetic relative to the block's first ones, so each block's
+    numbers equal those of a call on it alone.
+    """
+    n_blocks = sizes.size
+    bounds = np.zeros(n_blocks + 1, np.int64)
+    np.cumsum(sizes, out=bounds[1:])
     valid, rejected = _reject(d_in)
+    per_block = [Rejected()] * n_blocks if n_blocks > 1 else [rejected]
     if valid is not None:
+        if n_blocks > 1:
+            per_block, bounds = _reject_blocks(d_in, valid, bounds)
         g_in, d_in = g_in[valid], d_in[valid]
     if d_in.size == 0:
-        return _empty(config, rejected)
+        return _empty_blocks(config, rejected, per_block)
+    sizes = np.diff(bounds)
+    nz = np.flatnonzero(sizes)  # blocks with valid events
+    nb = nz.size
+    lv = _levels(config)
 
-    lv = np.asarray(config.quantile_levels, dtype=np.float64)
-
-    # (2) one sort orders every group's log-durations: xs (n,) holds ln(duration) - x0 plus
-    # the group's offset shift[g] = g · stride (g the dense group index); everything below
-    # uses differences inside a group only. Large temporaries are dropped as soon as they
-    # are used: fewer fresh memory pages per call.
+    # (2) one sort per block orders its groups' log-durations: xs (n,) holds ln(duration) - x0
+    # plus the group's offset shift[g] = g · stride (g the group's dense index in its block,
+    # x0 and stride the block's); everything below uses differences inside a group only.
+    # Large temporaries are dropped as soon as they are used: fewer fresh memory pages.
     x = np.log(d_in, dtype=np.float64)
     del d_in
-    x0 = float(x.min())
-    span = float(x.max()) - x0
-    stride = 2.0 ** math.ceil(math.log2(span + 1.0))
-    offset, ids, counts = _densify(g_in, stride)
+    if nb == 1:
+        x0s, his = [float(x.min())], [float(x.max())]
+    else:
+        x0s = np.minimum.reduceat(x, bounds[nz]).tolist()
+        his = np.maximum.reduceat(x, bounds[nz]).tolist()
+    strides = [2.0 ** math.ceil(math.log2(hi - lo + 1.0)) for lo, hi in zip(x0s, his, strict=True)]
+    label, ids, counts, group_block, first = _densify_blocks(g_in, sizes[nz])
     del g_in
     n_groups = ids.size
-    if n_groups * stride < _KEY_LIMIT:
+    stride_b = np.asarray(strides)
+    x0_b = np.asarray(x0s)
+    composite = np.diff(first) * stride_b < _KEY_LIMIT
+    if not composite.all():  # precision of the composite key would suffer: lexsort there
+        raw = {b: x[bounds[nz[b]] : bounds[nz[b] + 1]].copy() for b in np.flatnonzero(~composite)}
+    if nb == 1:
         xs = x
-        xs -= x0
-        xs += offset
+        xs -= x0s[0]
+        label_f = label.astype(np.float64)
+        label_f *= strides[0]
+        xs += label_f
+        del label_f
         xs.sort()
-        shift = np.arange(n_groups) * stride
-    else:  # precision of the composite key would suffer: fall back to lexsort
-        xs = x[np.lexsort((x, offset))]
-        shift, x0 = np.zeros(n_groups), 0.0
-    del x, offset
+    else:
+        sz = sizes[nz]
+        xs = x
+        xs -= x0_b.repeat(sz)
+        label_f = label.astype(np.float64)
+        label_f *= stride_b.repeat(sz)
+        xs += label_f
+        del label_f
+        for a, b in zip(bounds[nz].tolist(), bounds[nz + 1].tolist(), strict=True):
+            xs[a:b].sort()
+    shift = (np.arange(n_groups) - first[group_block]) * stride_b[group_block]
+    x0_g = x0_b[group_block] if nb > 1 else None
+    if not composite.all():
+        x0_g = x0_b[group_block]  # (G,) float
+        for b, xb in raw.items():
+            a, e = int(bounds[nz[b]]), int(bounds[nz[b] + 1])
+            lab = label[a:e]
+            xs[a:e] = xb[np.lexsort((xb, lab))]
+            shift[first[b] : first[b + 1]] = 0.0
+            x0_g[first[b] : first[b + 1]] = 0.0
+        del raw
+    del x, label
     ends = np.cumsum(counts)
     starts = ends - counts
+    seg_block = group_block if nb > 1 else None
 
     # (3)-(5) valley splits per group, then (refinement) inside each cluster
-    splits = _valley_splits(xs, starts, counts, config)
+    splits = _valley_splits(xs, starts, counts, config, seg_block)
     fresh = splits  # splits of the last pass: only the clusters around them can split again
     for _ in range(config.refine_passes):
         if fresh.size == 0:
             break
-        bounds = np.concatenate((starts, splits, [xs.size]))
-        bounds.sort()
-        b_idx = bounds.searchsorted(fresh)  # fresh split = bounds[b_idx]
+        cuts = np.concatenate((starts, splits, [xs.size]))
+        cuts.sort()
+        b_idx = cuts.searchsorted(fresh)  # fresh split = cuts[b_idx]
         # the two clusters on either side of each fresh split (a cluster may border two)
         seg = np.concatenate((b_idx - 1, b_idx))
         seg.sort()
         seg = seg[np.concatenate(([True], seg[1:] != seg[:-1]))]
-        seg_start = bounds[seg]
-        seg_n = bounds[seg + 1] - seg_start
+        seg_start = cuts[seg]
+        seg_n = cuts[seg + 1] - seg_start
         may = _may_split(xs, seg_start, seg_n, config)
         if not may.any():
             break
@@ -634,7 +772,10 @@ def summarize_many(
         sub_start = seg_n.cumsum() - seg_n
         take = (seg_start - sub_start).repeat(seg_n)
         take += np.arange(take.size)
-        fresh = take[_valley_splits(xs[take], sub_start, seg_n, config)]
+        sub_block = None
+        if seg_block is not None:
+            sub_block = group_block[np.searchsorted(starts, seg_start, side="right") - 1]
+        fresh = take[_valley_splits(xs[take], sub_start, seg_n, config, sub_block)]
         splits = np.concatenate((splits, fresh))
         splits.sort()
     splits = _cap_clusters(xs, starts, splits, config.max_clusters)
@@ -644,12 +785,19 @@ def summarize_many(
     cend = np.append(cstart[1:], xs.size)
     cgroup = np.searchsorted(starts, cstart, side="right") - 1
     ccount = cend - cstart
-    quant = _cluster_quantiles(xs, cstart, ccount, lv, shift[cgroup], x0)
-    first = np.searchsorted(cgroup, np.arange(n_groups + 1), side="left").astype(np.int64)
-    return ManySummary(
+    if x0_g is None:
+        quant = _cluster_quantiles(xs, cstart, ccount, lv, shift[cgroup], x0s[0], None)
+    else:
+        cb = group_block[cgroup]
+        base = bounds[nz][cb]
+        quant = _cluster_quantiles(
+            xs, cstart, ccount, lv, shift[cgroup], x0_g[cgroup][:, None], base
+        )
+    gfirst = np.searchsorted(cgroup, np.arange(n_groups + 1), side="left").astype(np.int64)
+    many = ManySummary(
         group_ids=ids,
         group_n=counts,
-        group_first=first,
+        group_first=gfirst,
         cluster_group=cgroup.astype(np.int64),
         cluster_count=ccount.astype(np.int64),
         cluster_quantiles_ns=quant,
@@ -657,10 +805,98 @@ def summarize_many(
         method=config.method,
         rejected=rejected,
     )
+    block_groups = np.zeros(n_blocks + 1, np.int64)
+    block_groups[nz + 1] = np.diff(first)
+    np.cumsum(block_groups, out=block_groups)
+    return BlockSummaries(many, block_groups, tuple(per_block))
+
+
+def _levels(config: KdeConfig) -> np.ndarray:
+    """(L,) float64 quantile levels of ``config``, built once per config (read-only)."""
+    lv = _LEVELS.get(config.quantile_levels)
+    if lv is None:
+        lv = np.asarray(config.quantile_levels, dtype=np.float64)
+        lv.setflags(write=False)
+        _LEVELS[config.quantile_levels] = lv
+    return lv
+
+
+_LEVELS: dict[tuple[float, ...], np.ndarray] = {}
+
+
+def _reject_blocks(
+    d: np.ndarray, valid: np.ndarray, bounds: np.ndarray
+) -> tuple[list[Rejected], np.ndarray]:
+    """Per-block rejection counts and the block bounds (B + 1,) over the valid events.
+
+    ``d`` (n,) all durations, ``valid`` (n,) their mask; ``bounds`` (B + 1,) the blocks'
+    event offsets."""
+    n_blocks = bounds.size - 1
+    blk = np.arange(n_blocks).repeat(np.diff(bounds))
+    bad = np.bincount(blk[~valid], minlength=n_blocks).tolist()
+    nan = np.bincount(blk[np.isnan(d)], minlength=n_blocks).tolist()
+    inf = np.bincount(blk[np.isposinf(d)], minlength=n_blocks).tolist()
+    per_block = [
+        Rejected(nonpositive=b - a - i, nan=a, inf=i) for b, a, i in zip(bad, nan, inf, strict=True)
+    ]
+    kept = np.zeros(n_blocks + 1, np.int64)
+    np.cumsum(np.bincount(blk[valid], minlength=n_blocks), out=kept[1:])
+    return per_block, kept
+
+
+def _empty_blocks(
+    config: KdeConfig, rejected: Rejected, per_block: list[Rejected]
+) -> BlockSummaries:
+    return BlockSummaries(
+        _empty(config, rejected), np.zeros(len(per_block) + 1, np.int64), tuple(per_block)
+    )
+
+
+def _densify_blocks(
+    g: np.ndarray, sizes: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Dense groups of the blocks' events (``sizes`` (nb,) > 0 events each, in order).
+
+    Returns ``label`` (n,) int64, each event's group index within its block (groups ordered
+    by id); ``ids`` (G,) the groups' ids; ``counts`` (G,); ``group_block`` (G,) the block of
+    each group; ``first`` (nb + 1,) the first group of each block (global group index).
+    """
+    nb = sizes.size
+    if nb == 1:
+        label, ids, counts = _densify(g)
+        return label, ids, counts, np.zeros(ids.size, np.int64), np.array([0, ids.size], np.int64)
+    gmin, gmax = int(g.min()), int(g.max())
+    width = gmax - gmin + 1
+    blk = np.arange(nb).repeat(sizes)
+    if nb * width < 2**62:
+        key = blk * width
+        key += g - gmin if gmin else g
+        label, ids, counts = _densify(key)
+        group_block = ids // width
+        ids = ids - group_block * width + gmin
+    else:  # ids too far apart to combine with the block: one block at a time
+        parts = []
+        at = 0
+        for i, s in enumerate(sizes.tolist()):
+            lab, gid, cnt = _densify(g[at : at + s])
+            parts.append((lab, gid, cnt, np.full(gid.size, i, np.int64)))
+            at += s
+        ids = np.concatenate([p[1] for p in parts])
+        counts = np.concatenate([p[2] for p in parts])
+        group_block = np.concatenate([p[3] for p in parts])
+        first = np.searchsorted(group_block, np.arange(nb + 1))
+        return np.concatenate([p[0] for p in parts]), ids, counts, group_block, first
+    first = np.searchsorted(group_block, np.arange(nb + 1)).astype(np.int64)
+    label -= first[blk]
+    return label, ids, counts, group_block, first
 
 
 def _valley_splits(
-    xs: np.ndarray, starts: np.ndarray, counts: np.ndarray, config: KdeConfig
+    xs: np.ndarray,
+    starts: np.ndarray,
+    counts: np.ndarray,
+    config: KdeConfig,
+    seg_block: np.ndarray | None = None,
 ) -> np.ndarray:
     """Kept valley split positions (into ``xs``) for contiguous sorted segments, increasing.
 
@@ -669,8 +905,18 @@ def _valley_splits(
     are used, so each segment may carry its own offset. Steps 3-5 of the module doc. Per
     event: one subtraction, three products or sums, two segment sums and one ``bincount``;
     the rest is per grid point or per segment.
+
+    ``seg_block`` (S,), non-decreasing: the block of each segment (:func:`summarize_blocks`).
+    Grid and event positions then enter float arithmetic relative to the block's first
+    segment, so a block's splits are those of a call on its segments alone.
     """
     ends = starts + counts
+    fs = None  # first segment of each segment's block
+    if seg_block is not None:
+        new = np.empty(seg_block.size, dtype=bool)
+        new[:1] = True
+        np.not_equal(seg_block[1:], seg_block[:-1], out=new[1:])
+        fs = np.flatnonzero(new)[new.cumsum() - 1]
     # (3) per-segment bandwidth (moments about the segment's minimum, for precision)
     gmin = xs[starts]
     rng = xs[ends - 1] - gmin
@@ -685,7 +931,10 @@ def _valley_splits(
     var /= np.maximum(nf - 1.0, 1.0)
     sigma = np.sqrt(np.maximum(var, 0.0, out=var), out=var)
     if config.bandwidth_rule == "silverman":
-        iqr = _order_stat(xs, starts, counts, 0.75) - _order_stat(xs, starts, counts, 0.25)
+        base = None if fs is None else starts[fs]
+        iqr = _order_stat(xs, starts, counts, 0.75, base) - _order_stat(
+            xs, starts, counts, 0.25, base
+        )
         robust = iqr / 1.349
         sigma = np.where((robust > 0) & (robust < sigma), robust, sigma)
     h = config.bandwidth_factor * sigma * nf ** (-0.2)
@@ -707,8 +956,16 @@ def _valley_splits(
     inv[~splittable] = 0.0
     t = xc  # reused in place: xc is not needed any more
     t *= inv.repeat(counts)
-    t += (goff + (pad + 0.5)).repeat(counts)
-    hist = np.bincount(t.astype(np.intp), minlength=int(goff[-1] + size[-1]))
+    if fs is None:
+        t += (goff + (pad + 0.5)).repeat(counts)
+        ti = t.astype(np.intp)
+    else:  # the block's grid from 0 (as a call on it alone), then shifted in integers
+        gbase = goff[fs]
+        t += ((goff - gbase) + (pad + 0.5)).repeat(counts)
+        ti = t.astype(np.intp)
+        ti += gbase.repeat(counts)
+    hist = np.bincount(ti, minlength=int(goff[-1] + size[-1]))
+    del ti
     del t, xc
     dens = correlate1d(hist, taps, output=np.float64, mode="constant")  # taps symmetric
 
@@ -755,11 +1012,19 @@ def _may_split(xs: np.ndarray, start: np.ndarray, n: np.ndarray, config: KdeConf
     return ok
 
 
-def _order_stat(xs: np.ndarray, starts: np.ndarray, counts: np.ndarray, q: float) -> np.ndarray:
-    p = starts + q * (counts - 1)
+def _order_stat(
+    xs: np.ndarray, starts: np.ndarray, counts: np.ndarray, q: float, base: np.ndarray | None
+) -> np.ndarray:
+    """(S,) linear order statistic q of each segment; positions relative to ``base`` (S,)."""
+    b = 0 if base is None else base
+    p = (starts - b) + q * (counts - 1)
     lo = np.floor(p).astype(np.int64)
-    hi = np.minimum(lo + 1, starts + counts - 1)
-    return xs[lo] + (p - lo) * (xs[hi] - xs[lo])
+    hi = np.minimum(lo + 1, (starts - b) + counts - 1)
+    frac = p - lo
+    lo += b
+    hi += b
+    out: np.ndarray = xs[lo] + frac * (xs[hi] - xs[lo])
+    return out
 
 
 def _cluster_quantiles(
@@ -768,19 +1033,28 @@ def _cluster_quantiles(
     ccount: np.ndarray,
     levels: np.ndarray,
     shift: np.ndarray,
-    x0: float,
+    x0: float | np.ndarray,
+    base: np.ndarray | None,
 ) -> np.ndarray:
     """(C, L) quantiles in ns with numpy's linear rule on the durations (not their logs).
 
-    ``ln(duration) = xs - shift[c] + x0`` for the events of cluster c.
+    ``ln(duration) = xs - shift[c] + x0`` for the events of cluster c (``x0`` a float, or
+    (C, 1) per cluster); positions are taken relative to ``base`` (C,), the first event of
+    the cluster's block, when given.
     """
+    if base is not None:
+        cstart = cstart - base
     p = cstart[:, None] + levels[None, :] * (ccount - 1)[:, None]
     lo = np.floor(p).astype(np.int64)
     hi = np.minimum(lo + 1, (cstart + ccount - 1)[:, None])
+    pl = p - lo
+    if base is not None:
+        lo += base[:, None]
+        hi += base[:, None]
     sh = shift[:, None]
     a = np.exp(xs[lo] - sh + x0)
     b = np.exp(xs[hi] - sh + x0)
-    out: np.ndarray = a + (p - lo) * (b - a)
+    out: np.ndarray = a + pl * (b - a)
     return out
 
 

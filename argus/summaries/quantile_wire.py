@@ -23,6 +23,8 @@ stay non-decreasing.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 __all__ = [
@@ -47,11 +49,19 @@ _I16 = np.iinfo(np.int16)
 
 
 def median_index(levels: np.ndarray) -> int:
-    """Index of level 0.5 in ``levels`` (L,); ``ValueError`` when it is absent."""
-    hit = np.flatnonzero(np.isclose(np.asarray(levels, dtype=np.float64), 0.5, rtol=0, atol=1e-12))
-    if hit.size != 1:
+    """Index of level 0.5 in ``levels`` (L,); ``ValueError`` when it is absent.
+
+    Cached per level set: every summary a reader decodes asks it (a few levels, so the key
+    costs less than the search)."""
+    return _median_index(tuple(np.asarray(levels, dtype=np.float64).reshape(-1).tolist()))
+
+
+@functools.lru_cache(maxsize=256)
+def _median_index(levels: tuple[float, ...]) -> int:
+    hit = [i for i, v in enumerate(levels) if abs(v - 0.5) <= 1e-12]
+    if len(hit) != 1:
         raise ValueError(f"the log16 encoding needs level 0.5 once, levels are {list(levels)}")
-    return int(hit[0])
+    return hit[0]
 
 
 def encode_log16(q_ns: np.ndarray, levels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

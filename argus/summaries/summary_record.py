@@ -5,6 +5,10 @@
   (kernel id, stream); kernel names travel as stable 32-bit ids
   (:func:`argus.schemas.arrays.kernel_id`) and the name dictionary only carries the ids the
   producer has not announced yet, so a steady-state summary holds numbers only.
+  :func:`summarize_batches` (:class:`SummarizedBatches`) does the same for many records in
+  one :func:`~argus.summaries.kde.summarize_blocks` call, each record's summary equal, bit
+  for bit, to its own ``summarize_batch`` (which is the one-record case): the compressor
+  takes a poll's windows at once, ``argus diagnose`` and replay about 1 M events a call.
 * :func:`groups_from_summary` gives back ``{(kernel_id, stream): Summary}`` for the
   detectors, and :class:`KernelNames` accumulates the announced names on the consumer side.
 
@@ -23,26 +27,35 @@ Readers need not care: :func:`groups_from_summary` (and :func:`summary_columns`)
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
 import numpy as np
 
 from argus.errors import ArgusError
-from argus.schemas.arrays import kernel_id, pack, unpack
-from argus.summaries.kde import DEFAULT, PAPER, KdeConfig, ManySummary, Summary, summarize_many
+from argus.schemas.arrays import kernel_id, unpack
+from argus.summaries.kde import (
+    DEFAULT,
+    PAPER,
+    KdeConfig,
+    ManySummary,
+    Summary,
+    summarize_blocks,
+    summarize_many,
+)
 from argus.summaries.quantile_wire import decode_log16, encode_log16, median_index
 
 __all__ = [
     "BatchError",
     "KernelNames",
+    "SummarizedBatches",
     "batch_columns",
     "groups_from_summary",
     "names_from_summary",
     "summarize_batch",
+    "summarize_batches",
     "summary_columns",
-    "summary_from_many",
 ]
 
 
@@ -58,9 +71,21 @@ class BatchError(ArgusError, ValueError):
         self.reason = reason
 
 
-@lru_cache(maxsize=65536)
-def _kid(name: str) -> int:
-    return kernel_id(name)
+_KIDS: dict[str, int] = {}  # name -> kernel id, the compressor's hot path (bounded below)
+_KIDS_MAX = 1 << 18
+
+
+def _kids(names: list[str]) -> list[int]:
+    """Kernel ids of ``names`` from a process-wide cache (a dict read per name)."""
+    get = _KIDS.get
+    out = [get(n) for n in names]
+    if None in out:
+        if len(_KIDS) > _KIDS_MAX:
+            _KIDS.clear()
+        for i, k in enumerate(out):
+            if k is None:
+                out[i] = _KIDS[names[i]] = kernel_id(names[i])
+    return out  # type: ignore[return-value]
 
 
 def batch_columns(batch: Mapping[str, Any]) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
@@ -101,76 +126,6 @@ def batch_columns(batch: Mapping[str, Any]) -> tuple[list[str], np.ndarray, np.n
     return names, name_idx, stream, dur
 
 
-def _group_index(
-    names: list[str], name_idx: np.ndarray, stream: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Dense group per event and the (kernel id, stream) of each dense group id."""
-    kids_of_name = np.fromiter((_kid(n) for n in names), dtype=np.uint32, count=len(names))
-    uk, name_to_k = np.unique(kids_of_name, return_inverse=True)  # equal names share a group
-    if stream.size and int(stream.max()) < 65536:
-        present = np.bincount(stream, minlength=1) > 0
-        us = np.flatnonzero(present).astype(np.uint32)
-        s_dense = (np.cumsum(present) - 1)[stream]
-    else:
-        us, s_dense = np.unique(stream, return_inverse=True)
-    gid = name_to_k.reshape(-1)[name_idx].astype(np.int64) * max(us.size, 1) + s_dense
-    return gid, uk.astype(np.uint32), us.astype(np.uint32)
-
-
-def summary_from_many(
-    many: ManySummary,
-    kernel_of_group: np.ndarray,
-    stream_of_group: np.ndarray,
-    *,
-    header: Mapping[str, Any],
-    names_by_id: Mapping[int, str],
-    announced: set[int] | None,
-    quantile_encoding: str = "float32",
-) -> dict[str, Any]:
-    """A ``kernel_summary`` record from a :class:`ManySummary` and the groups' (kernel, stream).
-
-    ``quantile_encoding`` is ``"float32"`` or ``"log16"`` (see the module doc).
-    """
-    gk = np.asarray(kernel_of_group, dtype=np.uint32)
-    gs = np.asarray(stream_of_group, dtype=np.uint32)
-    order = np.lexsort((gs, gk))  # deterministic record layout: by kernel id, then stream
-    # cluster rows of the groups in record order (no Python loop per group)
-    n_of = np.diff(many.group_first)[order]
-    out_start = np.cumsum(n_of) - n_of
-    rows = np.repeat(many.group_first[:-1][order] - out_start, n_of) + np.arange(int(n_of.sum()))
-    q = many.cluster_quantiles_ns[rows]
-    if quantile_encoding == "log16":
-        med, offsets = encode_log16(q, many.quantile_levels)
-        q_col, off_col = pack(med, "float32"), pack(offsets.reshape(-1), "int16")
-    elif quantile_encoding == "float32":
-        q_col, off_col = pack(q.reshape(-1), "float32"), b""
-    else:
-        raise ValueError(f"unknown quantile encoding {quantile_encoding!r}")
-    used = sorted({int(k) for k in gk})
-    new = [k for k in used if announced is None or k not in announced]
-    return {
-        "job": header["job"],
-        "rank": int(header["rank"]),
-        "window_id": int(header["window_id"]),
-        "window_start_ns": int(header["window_start_ns"]),
-        "window_end_ns": int(header["window_end_ns"]),
-        "coords": dict(header.get("coords") or {}),
-        "streams": list(header.get("streams") or []),
-        "method": many.method,
-        "quantile_levels": [float(v) for v in many.quantile_levels],
-        "kernel_names": [{"id": k, "name": names_by_id[k]} for k in new],
-        "group_kernel": pack(gk[order], "uint32"),
-        "group_stream": pack(gs[order], "uint32"),
-        "group_clusters": pack(many.group_clusters[order], "uint8"),
-        "cluster_count": pack(many.cluster_count[rows], "uint32"),
-        "cluster_quantiles_ns": q_col,
-        "cluster_log_offsets": off_col,
-        "extra": b"",
-        "n_events": int(many.group_n.sum()),
-        "rejected": int(many.rejected.total),
-    }
-
-
 def summarize_batch(
     batch: Mapping[str, Any],
     *,
@@ -204,23 +159,170 @@ def summarize_batch(
         Inconsistent columns (see :func:`batch_columns`). Invalid durations are not errors:
         they are counted in ``rejected``.
     """
-    config = DEFAULT if config is None else config
-    names, name_idx, stream, dur = batch_columns(batch)
-    gid, uk, us = _group_index(names, name_idx, stream)
-    many = summarize_many(gid, dur, config=config)
-    width = max(us.size, 1)
-    gk = uk[many.group_ids // width] if many.n_groups else np.zeros(0, np.uint32)
-    gs = us[many.group_ids % width] if many.n_groups else np.zeros(0, np.uint32)
-    names_by_id = {_kid(n): n for n in names}
-    return summary_from_many(
-        many,
-        gk,
-        gs,
-        header=batch,
-        names_by_id=names_by_id,
-        announced=announced,
-        quantile_encoding=config.quantile_encoding,
-    )
+    return SummarizedBatches([batch], config=config).record(0, announced=announced)
+
+
+def summarize_batches(
+    batches: Sequence[Mapping[str, Any]],
+    *,
+    config: KdeConfig | None = None,
+    announced: Sequence[set[int] | None] | None = None,
+    columns: Sequence[tuple[list[str], np.ndarray, np.ndarray, np.ndarray]] | None = None,
+) -> list[dict[str, Any]]:
+    """:func:`summarize_batch` of many records in one
+    :func:`~argus.summaries.kde.summarize_blocks` call: each record equals, value for value,
+    what ``summarize_batch`` gives for it alone.
+
+    ``announced``: per record, as :func:`summarize_batch`'s (None: every record names every
+    id it uses); the sets are read, not modified. ``columns``: each record's
+    :func:`batch_columns`, when the caller has them. See :class:`SummarizedBatches`.
+
+    Raises
+    ------
+    BatchError
+        Inconsistent columns of a record (check records one at a time to tell which).
+    """
+    done = SummarizedBatches(batches, config=config, columns=columns)
+    ann = list(announced) if announced is not None else [None] * len(done)
+    return [done.record(i, announced=ann[i]) for i in range(len(done))]
+
+
+class SummarizedBatches:
+    """Many ``kernel_batch`` records compressed in one call; :meth:`record` builds each one's
+    ``kernel_summary`` (as :func:`summarize_batch` would), in any order and when the caller
+    knows which names it announced (the compressor: after the window before it, same rank).
+
+    Parameters
+    ----------
+    batches : sequence of kernel_batch records
+    config : KdeConfig, optional
+        As :func:`summarize_batch` (None: :data:`~argus.summaries.kde.DEFAULT`).
+    columns : sequence, optional
+        Each record's :func:`batch_columns`, when the caller has them already.
+
+    Raises
+    ------
+    BatchError
+        Inconsistent columns of a record.
+
+    Notes
+    -----
+    Groups are one dense id per (record, kernel id, stream), ordered by kernel id, then stream
+    inside each record (as :func:`summarize_batch` orders them), so every float the KDE
+    computes is the single record's (:func:`~argus.summaries.kde.summarize_blocks`). Kernel
+    ids come from a process-wide name cache; the quantile levels' list is built once.
+    """
+
+    def __init__(
+        self,
+        batches: Sequence[Mapping[str, Any]],
+        *,
+        config: KdeConfig | None = None,
+        columns: Sequence[tuple[list[str], np.ndarray, np.ndarray, np.ndarray]] | None = None,
+    ) -> None:
+        config = DEFAULT if config is None else config
+        self.batches = batches
+        self.off_all: np.ndarray | None = None
+        cols = list(columns) if columns is not None else [batch_columns(b) for b in batches]
+        self.names = [c[0] for c in cols]
+        n_rec = len(cols)
+        sizes = np.fromiter((c[1].size for c in cols), np.int64, n_rec)
+        if n_rec == 0 or not sizes.any():
+            many0 = summarize_many(np.zeros(0, np.int64), np.zeros(0, np.int64), config=config)
+            self._set(config, many0, np.zeros(n_rec + 1, np.int64), [0] * n_rec)
+            self.gk_all = self.gs_all = np.zeros(0, np.uint32)
+            return
+        name_counts = np.fromiter((len(c[0]) for c in cols), np.int64, n_rec)
+        kids = np.array(_kids([nm for c in cols for nm in c[0]]), dtype=np.uint32)
+        uk, k_of_name = np.unique(kids, return_inverse=True)
+        k_of_name = k_of_name.reshape(-1).astype(np.int64)
+        name_idx = np.concatenate([c[1] for c in cols]).astype(np.int64)
+        name_idx += (np.cumsum(name_counts) - name_counts).repeat(sizes)
+        stream = np.concatenate([c[2] for c in cols])
+        dur = np.concatenate([c[3] for c in cols])
+        if int(stream.max()) < 65536:
+            present = np.bincount(stream, minlength=1) > 0
+            us = np.flatnonzero(present).astype(np.uint32)
+            s_dense = (np.cumsum(present) - 1)[stream]
+        else:
+            us, s_dense = np.unique(stream, return_inverse=True)
+        width = max(us.size, 1)
+        gid = k_of_name[name_idx]
+        gid *= width
+        gid += s_dense.reshape(-1)
+        del name_idx, stream, k_of_name
+        res = summarize_blocks(gid, dur, sizes, config=config)
+        self._set(config, res.many, res.block_groups, [r.total for r in res.rejected])
+        self.gk_all = uk[res.many.group_ids // width].astype("<u4")
+        self.gs_all = us[res.many.group_ids % width].astype("<u4")
+
+    def _set(
+        self, config: KdeConfig, many: ManySummary, block_groups: np.ndarray, rejected: list[int]
+    ) -> None:
+        self.method = many.method
+        self.levels = _levels_list(many.quantile_levels)
+        q = many.cluster_quantiles_ns
+        if config.quantile_encoding == "log16":
+            med, offsets = encode_log16(q, many.quantile_levels)
+            self.q_all, self.off_all = med.astype("<f4", copy=False), offsets.astype("<i2")
+        elif config.quantile_encoding == "float32":
+            self.q_all, self.off_all = q.astype("<f4"), None
+        else:
+            raise ValueError(f"unknown quantile encoding {config.quantile_encoding!r}")
+        self.gc_all = many.group_clusters.astype(np.uint8)
+        self.cc_all = many.cluster_count.astype("<u4")
+        self.n_cum = np.zeros(many.group_n.size + 1, np.int64)
+        np.cumsum(many.group_n, out=self.n_cum[1:])
+        self.first = many.group_first.tolist()
+        self.bg = block_groups.tolist()
+        self.rejected = rejected
+
+    def __len__(self) -> int:
+        return len(self.bg) - 1
+
+    def record(self, i: int, *, announced: set[int] | None = None) -> dict[str, Any]:
+        """Record i's ``kernel_summary`` (``announced``: as :func:`summarize_batch`'s; the set
+        is read, not modified)."""
+        batch = self.batches[i]
+        g0, g1 = self.bg[i], self.bg[i + 1]
+        c0, c1 = self.first[g0], self.first[g1]
+        gk = self.gk_all[g0:g1]
+        used = np.unique(gk).tolist()
+        new = used if announced is None else [k for k in used if k not in announced]
+        names_by_id: dict[int, str] = {}
+        if new:
+            names_by_id = dict(zip(_kids(self.names[i]), self.names[i], strict=True))
+        return {
+            "job": batch["job"],
+            "rank": int(batch["rank"]),
+            "window_id": int(batch["window_id"]),
+            "window_start_ns": int(batch["window_start_ns"]),
+            "window_end_ns": int(batch["window_end_ns"]),
+            "coords": dict(batch.get("coords") or {}),
+            "streams": list(batch.get("streams") or []),
+            "method": self.method,
+            "quantile_levels": list(self.levels),
+            "kernel_names": [{"id": k, "name": names_by_id[k]} for k in new],
+            "group_kernel": gk.tobytes(),
+            "group_stream": self.gs_all[g0:g1].tobytes(),
+            "group_clusters": self.gc_all[g0:g1].tobytes(),
+            "cluster_count": self.cc_all[c0:c1].tobytes(),
+            "cluster_quantiles_ns": self.q_all[c0:c1].tobytes(),
+            "cluster_log_offsets": b"" if self.off_all is None else self.off_all[c0:c1].tobytes(),
+            "extra": b"",
+            "n_events": int(self.n_cum[g1] - self.n_cum[g0]),
+            "rejected": int(self.rejected[i]),
+        }
+
+
+@lru_cache(maxsize=64)
+def _levels_tuple(levels: tuple[float, ...]) -> tuple[float, ...]:
+    return tuple(float(v) for v in levels)
+
+
+def _levels_list(levels: np.ndarray) -> tuple[float, ...]:
+    """The levels as Python floats, built once per level set."""
+    return _levels_tuple(tuple(levels.tolist()))
 
 
 def summary_columns(record: Mapping[str, Any]) -> tuple[np.ndarray, ...]:

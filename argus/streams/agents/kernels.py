@@ -1,7 +1,11 @@
 """Faust agents of the kernel roles: the compressor, and L3's router and window agent.
 
 * **compressor**: ``argus.raw.kernels`` -> ``argus.summary.kernels``, one summary per window
-  (:func:`argus.summaries.summary_record.summarize_batch`), same key (``job/rank``). A window
+  (what :func:`argus.summaries.summary_record.summarize_batch` gives), same key
+  (``job/rank``). It works per poll: the records already delivered to it (up to
+  ``_POLL_MAX``) are decoded and checked one by one, their complete windows compressed in
+  one call (:class:`~argus.summaries.summary_record.SummarizedBatches`), the summaries sent
+  in input order, then the poll's records acknowledged. A window
   split into parts (``part``/``parts``, :mod:`argus.schemas.kernel_parts`) is merged first
   (:class:`~argus.schemas.kernel_parts.PartAssembler`); a window whose parts stop coming (the
   rank's next window arrives first) sends the parts it has to the DLQ, ``incomplete-batch``.
@@ -18,8 +22,10 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import time
 from collections import OrderedDict, defaultdict
+from collections.abc import Mapping
 from typing import Any
 
 import faust
@@ -39,11 +45,14 @@ from argus.streams.app import (
 from argus.streams.fidelity import check_batches
 from argus.streams.roles.l3 import L3Windows, route_summary
 from argus.streams.validate import checker
-from argus.summaries.summary_record import summarize_batch, summary_columns
+from argus.summaries.summary_record import SummarizedBatches, summary_columns
 
 __all__ = ["register_compressor", "register_l3"]
 
+log = logging.getLogger("argus.streams")
+
 _REANNOUNCE = 32  # windows between full name announcements per rank
+_POLL_MAX = 256  # raw records the compressor takes into one summarize call at most
 _FIDELITY_MIN_RANKS = 8
 _FIDELITY_WAIT_S = 10.0
 
@@ -89,58 +98,114 @@ def register_compressor(ctx: Ctx) -> None:
         n = counts[0]
         return raw_partition if n is not None and raw_partition < n else None
 
+    records_in = metrics.RECORDS_IN.labels("compressor", "raw.kernels")  # children cached:
+    records_out = metrics.RECORDS_OUT.labels("compressor", "summary.kernels")  # no lookups
+    ratio_of: dict[str, Any] = {}  # job -> its compression-ratio gauge child
+
+    async def take(event: faust.EventT) -> tuple[dict[str, Any], Mapping[str, Any]] | None:
+        """Decode, check and merge one raw record: the whole window when it is complete."""
+        records_in.inc()
+        note_consumed(event)
+        try:
+            piece = ctx.codec.decode_as("kernel_batch", event.message.value or b"")
+            checker(ctx).kernel_batch(piece, broker_s=event.message.timestamp)
+            whole, given_up = parts.add(piece, event)
+        except Exception as exc:
+            await ctx.dlq(event, exc, "compressor")
+            return None
+        for gone in given_up:
+            for ev in gone.tokens:
+                await ctx.dlq(ev, gone.error(), "compressor")
+        return None if whole is None else (piece, whole)
+
+    async def emit(
+        event: faust.EventT,
+        piece: dict[str, Any],
+        batch: Mapping[str, Any],
+        done: SummarizedBatches,
+        i: int,
+    ) -> None:
+        """Announce, encode and send window i of ``done`` (a summarised poll)."""
+        who = f"{batch['job']}/{batch['rank']}"
+        since[who] += 1
+        if since[who] >= _REANNOUNCE:
+            announced.pop(who, None)
+            since[who] = 0
+        known = announced.setdefault(who, set())
+        rec = done.record(i, announced=known)
+        known.update(int(n["id"]) for n in rec["kernel_names"])
+        data = ctx.codec.encode("kernel_summary", rec)
+        # on the raw record's partition number: the summaries of one raw partition
+        # stay together, so L3's per-partition watermark sees the compressor's own
+        # catch-up skew between raw partitions (keys would hash them elsewhere)
+        part = await same_partition(event.message.partition)
+        await ctx.send(ctx.external("summary.kernels"), who.encode(), data, partition=part)
+        records_out.inc()
+        raw = event.message.value or b""
+        raw_bytes = len(raw) * int(piece.get("parts", 1))  # ~: parts are near one size
+        job = batch["job"]
+        gauge = ratio_of.get(job)
+        if gauge is None:
+            gauge = ratio_of[job] = metrics.COMPRESSION.labels(job)
+        gauge.set(raw_bytes / max(len(data), 1))
+        w = int(batch["window_id"])
+        if w % ctx.pcfg.fidelity_every == 0 and (job, w) not in checked:
+            s = sample.setdefault((job, w), {"t0": time.time(), "batches": [], "summaries": []})
+            s["batches"].append(batch)
+            s["summaries"].append(rec)
+            await fidelity(time.time())
+
+    async def poll(events: list[faust.EventT]) -> None:
+        """The events taken in one poll: every complete window compressed in one call
+        (:class:`~argus.summaries.summary_record.SummarizedBatches`), then sent in order."""
+        ready: list[tuple[faust.EventT, dict[str, Any], Mapping[str, Any]]] = []
+
+        async def one(event: faust.EventT) -> None:
+            got = await take(event)
+            if got is not None:
+                ready.append((event, *got))
+
+        for event in events:
+            await guarded(ctx, event, "compressor", functools.partial(one, event))
+        if not ready:
+            return
+        try:
+            done: SummarizedBatches | None = SummarizedBatches([w for _, _, w in ready])
+        except Exception:  # one bad window must not cost the others: one at a time
+            log.exception("compressor: a poll of %d windows failed; one at a time", len(ready))
+            done = None
+        for i, (event, piece, whole) in enumerate(ready):
+            src, j = done, i
+            if src is None:
+                try:
+                    src, j = SummarizedBatches([whole]), 0
+                except Exception as exc:
+                    await ctx.dlq(event, exc, "compressor")
+                    continue
+            await guarded(
+                ctx, event, "compressor", functools.partial(emit, event, piece, whole, src, j)
+            )
+
     @ctx.app.agent(src, name="compressor")
     async def compressor(stream: faust.StreamT) -> None:
+        # Per poll, not per record: the events already delivered to this agent (up to
+        # _POLL_MAX) are compressed together, then acknowledged (faust's auto-ack would
+        # acknowledge each as the next one is taken, before its summary was sent).
+        # Nothing waits for more input (faust's take() stalled low-volume agents): a lone
+        # record is compressed at once.
+        stream.enable_acks = False
+        queue = getattr(stream.channel, "queue", None)
+        pending: list[faust.EventT] = []
         async for event in stream.events():
-            metrics.RECORDS_IN.labels("compressor", "raw.kernels").inc()
-            note_consumed(event)
-
-            async def handle(event: faust.EventT = event) -> None:
-                raw = event.message.value or b""
-                try:
-                    piece = ctx.codec.decode_as("kernel_batch", raw)
-                    checker(ctx).kernel_batch(piece, broker_s=event.message.timestamp)
-                    whole, given_up = parts.add(piece, event)
-                except Exception as exc:
-                    await ctx.dlq(event, exc, "compressor")
-                    return
-                for gone in given_up:
-                    for ev in gone.tokens:
-                        await ctx.dlq(ev, gone.error(), "compressor")
-                if whole is None:  # more parts of this window to come
-                    return
-                batch = whole
-                try:
-                    who = f"{batch['job']}/{batch['rank']}"
-                    since[who] += 1
-                    if since[who] >= _REANNOUNCE:
-                        announced.pop(who, None)
-                        since[who] = 0
-                    known = announced.setdefault(who, set())
-                    rec = summarize_batch(batch, announced=known)
-                except Exception as exc:
-                    await ctx.dlq(event, exc, "compressor")
-                    return
-                known.update(int(n["id"]) for n in rec["kernel_names"])
-                data = ctx.codec.encode("kernel_summary", rec)
-                # on the raw record's partition number: the summaries of one raw partition
-                # stay together, so L3's per-partition watermark sees the compressor's own
-                # catch-up skew between raw partitions (keys would hash them elsewhere)
-                part = await same_partition(event.message.partition)
-                await ctx.send(ctx.external("summary.kernels"), who.encode(), data, partition=part)
-                metrics.RECORDS_OUT.labels("compressor", "summary.kernels").inc()
-                raw_bytes = len(raw) * int(piece.get("parts", 1))  # ~: parts are near one size
-                metrics.COMPRESSION.labels(batch["job"]).set(raw_bytes / max(len(data), 1))
-                w = int(batch["window_id"])
-                if w % ctx.pcfg.fidelity_every == 0 and (batch["job"], w) not in checked:
-                    s = sample.setdefault(
-                        (batch["job"], w), {"t0": time.time(), "batches": [], "summaries": []}
-                    )
-                    s["batches"].append(batch)
-                    s["summaries"].append(rec)
-                    await fidelity(time.time())
-
-            await guarded(ctx, event, "compressor", handle)
+            pending.append(event)
+            if len(pending) < _POLL_MAX and queue is not None and not queue.empty():
+                continue
+            taken, pending = pending, []
+            try:
+                await poll(taken)
+            finally:
+                for ev in taken:
+                    await stream.ack(ev)
 
     @ctx.app.timer(interval=2.0, name="compressor-fidelity")
     async def _fidelity_timer() -> None:
