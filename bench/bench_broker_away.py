@@ -27,10 +27,12 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import logging
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -44,7 +46,9 @@ def _closed_port() -> int:
         return int(s.getsockname()[1])
 
 
-def child(mode: str, steps: int, heap: int, port: int, churn: int) -> None:
+def child(
+    mode: str, steps: int, heap: int, port: int, churn: int, hidden: int, pace: float
+) -> None:
     """One training loop; prints one JSON line of results (and ``EXIT`` before shutdown)."""
     import torch
     from torch import nn
@@ -53,21 +57,26 @@ def child(mode: str, steps: int, heap: int, port: int, churn: int) -> None:
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 256))
+    model = nn.Sequential(nn.Linear(256, hidden), nn.ReLU(), nn.Linear(hidden, 256))
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     x = torch.randn(64, 256)
     # the job's own Python state: small containers that live for the whole run
     state = [{"i": i, "tags": [i, str(i)]} for i in range(heap)]
     gen2: list[float] = []
     t_gc = [0]
+    main = threading.get_ident()
+    trace = Trace()
 
     def on_gc(phase: str, info: dict[str, Any]) -> None:
-        if info.get("generation") != 2:
-            return
         if phase == "start":
             t_gc[0] = time.perf_counter_ns()
-        else:
-            gen2.append((time.perf_counter_ns() - t_gc[0]) / 1e6)
+            return
+        t = time.perf_counter_ns()
+        gen = int(info.get("generation", 0))
+        if threading.get_ident() == main:  # what runs on the training thread
+            trace.add(t_gc[0], t, f"gc{gen}")
+        if gen == 2:
+            gen2.append((t - t_gc[0]) / 1e6)
 
     col = None
     if mode == "away":
@@ -79,11 +88,14 @@ def child(mode: str, steps: int, heap: int, port: int, churn: int) -> None:
             kernels_backend="cpu_ops",
             stacks=False,
         )
+        col.producer.pace = pace
+        trace.attach(col, main)
     gc.collect()
     gc.callbacks.append(on_gc)
     times: list[float] = []
     cpu: list[float] = []
     window_steps: list[int] = []
+    bounds: list[tuple[int, int]] = []
     for i in range(steps):
         t0 = time.perf_counter_ns()
         c0 = time.thread_time_ns()
@@ -96,7 +108,9 @@ def child(mode: str, steps: int, heap: int, port: int, churn: int) -> None:
             opt.step()
             del batch
         cpu.append((time.thread_time_ns() - c0) / 1e6)
-        times.append((time.perf_counter_ns() - t0) / 1e6)
+        t1 = time.perf_counter_ns()
+        times.append((t1 - t0) / 1e6)
+        bounds.append((t0, t1))
         if col is not None and col._window_first_step == i:  # a kernel window opened
             window_steps.append(i)
     gc.callbacks.remove(on_gc)
@@ -106,6 +120,7 @@ def child(mode: str, steps: int, heap: int, port: int, churn: int) -> None:
         "cpu_ms": cpu,
         "gen2_ms": gen2,
         "windows": window_steps,
+        "what": trace.per_step(bounds),
     }
     if col is not None:
         p = col.producer
@@ -118,16 +133,91 @@ def child(mode: str, steps: int, heap: int, port: int, churn: int) -> None:
     print(f"SHUTDOWN {time.monotonic() - t_stop:.3f}", flush=True)
 
 
+class Trace:
+    """What the collectors did, and when, beside the training loop (``(start ns, end ns,
+    what)``): garbage collections run on the training thread (``gc0``-``gc2``), the
+    delivery thread's drains (``drain``) and librdkafka polls (``poll``: delivery callbacks),
+    log lines (``log:<thread>``), kernel windows opened/closed on the training thread."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[int, int, str]] = []
+
+    def add(self, t0: int, t1: int, what: str) -> None:
+        self.events.append((t0, t1, what))
+
+    def timed(self, fn: Any, what: str) -> Any:
+        def wrapped(*a: Any, **k: Any) -> Any:
+            t0 = time.perf_counter_ns()
+            try:
+                return fn(*a, **k)
+            finally:
+                self.add(t0, time.perf_counter_ns(), what)
+
+        return wrapped
+
+    def attach(self, col: Any, main: int) -> None:
+        p = col.producer
+        p._drain = self.timed(p._drain, "drain")
+        col._close_window = self.timed(col._close_window, "window_close")
+        col._maybe_open_window = self.timed(col._maybe_open_window, "step_begin_window_check")
+
+        class Poll:  # librdkafka's producer, its poll (delivery callbacks) timed
+            def __init__(self, inner: Any, trace: Trace) -> None:
+                self._inner, self._trace = inner, trace
+
+            def poll(self, t: float = 0) -> Any:
+                return self._trace.timed(self._inner.poll, "poll")(t)
+
+            def __getattr__(self, name: str) -> Any:
+                return getattr(self._inner, name)
+
+            def __len__(self) -> int:
+                return len(self._inner)
+
+        p._producer = Poll(p._producer, self)
+        trace = self
+
+        class H(logging.Handler):
+            def emit(self, r: logging.LogRecord) -> None:
+                t = time.perf_counter_ns()
+                who = "main" if threading.get_ident() == main else threading.current_thread().name
+                trace.add(t, t, f"log:{who}")
+
+        logging.getLogger("argus").addHandler(H())
+
+    def per_step(self, bounds: list[tuple[int, int]]) -> list[dict[str, float]]:
+        """Per step: ms of each kind of event overlapping it (``step_begin_window_check``
+        below 0.05 ms dropped: it runs every step)."""
+        ev = sorted(self.events)
+        out: list[dict[str, float]] = [{} for _ in bounds]
+        j = 0
+        for i, (a, b) in enumerate(bounds):
+            while j < len(ev) and ev[j][0] < a - 2 * 10**9:
+                j += 1  # no event lasts 2 s (drains: < 0.3 s)
+            for t0, t1, what in ev[j:]:
+                if t0 > b:
+                    break
+                if t1 < a:
+                    continue
+                ms = (min(t1, b) - max(t0, a)) / 1e6
+                if what == "step_begin_window_check" and ms < 0.05:
+                    continue
+                out[i][what] = round(out[i].get(what, 0.0) + ms, 3)
+        return out
+
+
 def _pct(vals: list[float], q: float) -> float:
     s = sorted(vals)
     return s[min(len(s) - 1, int(q * (len(s) - 1) + 0.5))]
 
 
-def run_child(mode: str, steps: int, heap: int, churn: int) -> dict[str, Any]:
+def run_child(
+    mode: str, steps: int, heap: int, churn: int, hidden: int, pace: float, root: Path = ROOT
+) -> dict[str, Any]:
     cmd = [sys.executable, __file__, "--child", mode, "--steps", str(steps), "--heap", str(heap)]
-    cmd += ["--churn", str(churn)]
+    cmd += ["--churn", str(churn), "--hidden", str(hidden), "--pace", str(pace)]
     cmd += ["--port", str(_closed_port())]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(root)}  # whose argus the child imports
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
     assert proc.stdout is not None
     res: dict[str, Any] = {}
@@ -154,53 +244,113 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=100, help="first steps left out")
     ap.add_argument("--child", choices=("off", "away"))
     ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--hidden", type=int, default=512, help="MLP width (512: ~1.4 ms a step)")
+    ap.add_argument("--pace", type=float, default=3.0, help="producer pace (0: none)")
+    ap.add_argument(
+        "--compare-pace", type=float, help="also run an away child with this pace, each round"
+    )
+    ap.add_argument(
+        "--before-tree",
+        type=Path,
+        help="also run an away child importing argus from this tree (a commit's `git archive`)",
+    )
     ap.add_argument("--json", type=Path, help="write all results here")
     a = ap.parse_args()
     if a.child:
-        child(a.child, a.steps, a.heap, a.port, a.churn)
+        child(a.child, a.steps, a.heap, a.port, a.churn, a.hidden, a.pace)
         return
+    print(f"load average {os.getloadavg()}", flush=True)
     rows = []
     for r in range(a.rounds):
-        off = run_child("off", a.steps, a.heap, a.churn)
-        away = run_child("away", a.steps, a.heap, a.churn)
-        for res in (off, away):  # the first steps warm torch up (lazy init, allocator)
-            for k in ("steps_ms", "cpu_ms"):
+        off = run_child("off", a.steps, a.heap, a.churn, a.hidden, a.pace)
+        aways = [("away", run_child("away", a.steps, a.heap, a.churn, a.hidden, a.pace))]
+        if a.compare_pace is not None:  # the same build, the delivery thread paced as given
+            aways.append(
+                (
+                    f"away_pace{a.compare_pace:g}",
+                    run_child("away", a.steps, a.heap, a.churn, a.hidden, a.compare_pace),
+                )
+            )
+        if a.before_tree is not None:  # another tree's argus (e.g. `git archive` of a commit)
+            aways.append(
+                (
+                    "away_before",
+                    run_child("away", a.steps, a.heap, a.churn, a.hidden, a.pace, a.before_tree),
+                )
+            )
+        for res in (off, *(x for _, x in aways)):  # the first steps warm torch up
+            for k in ("steps_ms", "cpu_ms", "what"):
                 res[k] = res[k][a.warmup :]
             res["windows"] = [w - a.warmup for w in res.get("windows", []) if w >= a.warmup]
-        p99 = _pct(off["steps_ms"], 0.99)
-        win: set[int] = set()
-        for w in away.get("windows", []):
-            win.update((w, w + 1))
-        plain = [t for i, t in enumerate(away["steps_ms"]) if i not in win]
-        cpu99 = _pct(off["cpu_ms"], 0.99)
-        plain_cpu = [t for i, t in enumerate(away["cpu_ms"]) if i not in win]
-        row = {
-            "round": r,
-            "off_p50_ms": _pct(off["steps_ms"], 0.5),
-            "off_p99_ms": p99,
-            "off_worst_ms": max(off["steps_ms"]),
-            "away_p99_ms": _pct(away["steps_ms"], 0.99),
-            "away_worst_ms": max(away["steps_ms"]),
-            "away_worst_no_window_ms": max(plain),
-            "ratio": max(away["steps_ms"]) / p99,
-            "ratio_no_window": max(plain) / p99,
-            "off_cpu_p99_ms": cpu99,
-            "off_cpu_worst_ms": max(off["cpu_ms"]),
-            "away_cpu_worst_ms": max(away["cpu_ms"]),
-            "cpu_ratio": max(away["cpu_ms"]) / cpu99,
-            "cpu_ratio_no_window": max(plain_cpu) / cpu99,
-            "off_gen2": [len(off["gen2_ms"]), max(off["gen2_ms"], default=0.0)],
-            "away_gen2": [len(away["gen2_ms"]), max(away["gen2_ms"], default=0.0)],
-            "dropped": away.get("dropped"),
-            "away_shutdown_s": away.get("shutdown_s"),
-            "away_exit_s": away["exit_s"],
-            "off_exit_s": off["exit_s"],
-            "rc": [off["rc"], away["rc"]],
-        }
-        rows.append(row)
-        print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}))
+        for name, away in aways:
+            rows.append(_row(r, name, off, away, a))
+            print(
+                json.dumps(
+                    {
+                        k: round(v, 3) if isinstance(v, float) else v
+                        for k, v in rows[-1].items()
+                        if k != "worst_steps"
+                    }
+                ),
+                flush=True,
+            )
+            for w in rows[-1]["worst_steps"]:
+                print("   ", json.dumps(w), flush=True)
+    print(f"load average {os.getloadavg()}", flush=True)
     if a.json:
         a.json.write_text(json.dumps(rows, indent=1))
+
+
+def _row(r: int, name: str, off: dict[str, Any], away: dict[str, Any], a: Any) -> dict[str, Any]:
+    """One pair's figures: the bar (worst away step / off p99, wall and training-thread CPU)
+    and the worst away steps (by wall and by CPU) with what the collectors did in them."""
+    p99 = _pct(off["steps_ms"], 0.99)
+    win: set[int] = set()
+    for w in away.get("windows", []):
+        win.update((w, w + 1))
+    plain = [t for i, t in enumerate(away["steps_ms"]) if i not in win]
+    cpu99 = _pct(off["cpu_ms"], 0.99)
+    plain_cpu = [t for i, t in enumerate(away["cpu_ms"]) if i not in win]
+    row = {
+        "round": r,
+        "away": name,
+        "hidden": a.hidden,
+        "off_p50_ms": _pct(off["steps_ms"], 0.5),
+        "off_p99_ms": p99,
+        "off_worst_ms": max(off["steps_ms"]),
+        "away_p99_ms": _pct(away["steps_ms"], 0.99),
+        "away_worst_ms": max(away["steps_ms"]),
+        "away_worst_no_window_ms": max(plain),
+        "ratio": max(away["steps_ms"]) / p99,
+        "ratio_no_window": max(plain) / p99,
+        "off_cpu_p99_ms": cpu99,
+        "off_cpu_worst_ms": max(off["cpu_ms"]),
+        "away_cpu_worst_ms": max(away["cpu_ms"]),
+        "cpu_ratio": max(away["cpu_ms"]) / cpu99,
+        "cpu_ratio_no_window": max(plain_cpu) / cpu99,
+        "off_gen2": [len(off["gen2_ms"]), max(off["gen2_ms"], default=0.0)],
+        "away_gen2": [len(away["gen2_ms"]), max(away["gen2_ms"], default=0.0)],
+        "dropped": away.get("dropped"),
+        "away_shutdown_s": away.get("shutdown_s"),
+        "away_exit_s": away["exit_s"],
+        "off_exit_s": off["exit_s"],
+        "rc": [off["rc"], away["rc"]],
+    }
+    order = sorted(range(len(away["steps_ms"])), key=lambda i: away["steps_ms"][i])
+    by_cpu = sorted(range(len(away["cpu_ms"])), key=lambda i: away["cpu_ms"][i])
+    row["worst_steps"] = [
+        {
+            "by": by,
+            "step": i,
+            "wall_ms": round(away["steps_ms"][i], 2),
+            "cpu_ms": round(away["cpu_ms"][i], 2),
+            "window": i in win,
+            "what": away["what"][i],
+        }
+        for by, idx in (("wall", order[-3:]), ("cpu", by_cpu[-3:]))
+        for i in reversed(idx)
+    ]
+    return row
 
 
 if __name__ == "__main__":

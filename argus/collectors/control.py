@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from argus.collectors.priority import lower_this_thread
+from argus.collectors.priority import made_at_low_priority
 from argus.schemas import Codec, DecodeError
 
 __all__ = [
@@ -243,9 +243,8 @@ class ControlFollower:
     def _run(self) -> None:
         from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-        lower_this_thread()  # and the consumer's librdkafka threads, started from here
-        try:
-            consumer = Consumer(self._conf)
+        try:  # librdkafka's threads low-priority; this one, which holds the GIL, not
+            consumer = made_at_low_priority(lambda: Consumer(self._conf))
         except Exception as exc:
             self.errors += 1
             log.warning("argus collectors: control consumer failed to start: %r", exc)
