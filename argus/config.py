@@ -498,10 +498,18 @@ class TopicsSection:
     prefix: str = "argus"
 
 
+def _state_dir() -> Path:
+    return Path.home() / ".argus"
+
+
+def _cache_dir() -> Path:
+    return Path.home() / ".cache" / "argus-trace"
+
+
 @dataclass(frozen=True, kw_only=True)
 class _Dirs:
-    state_dir: Path = field(default_factory=lambda: Path.home() / ".argus")
-    cache_dir: Path = field(default_factory=lambda: Path.home() / ".cache" / "argus-trace")
+    state_dir: Path = field(default_factory=_state_dir)
+    cache_dir: Path = field(default_factory=_cache_dir)
 
 
 _SHORT_ENV = {
@@ -589,15 +597,15 @@ class Settings:
     says where each key set came from (``{dotted key: "env VAR" | "file PATH"}``).
     """
 
-    bootstrap: str = ""
-    kafka_port: int = 19092
-    controller_port: int = 19093
-    schema_registry_url: str = ""
+    bootstrap: str = KafkaSection.bootstrap  # the defaults: the sections'
+    kafka_port: int = KafkaSection.port
+    controller_port: int = KafkaSection.controller_port
+    schema_registry_url: str = KafkaSection.schema_registry_url
     client_config: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     security: KafkaSecurity = field(default_factory=KafkaSecurity)
-    topic_prefix: str = "argus"
-    state_dir: Path = field(default_factory=lambda: Path.home() / ".argus")
-    cache_dir: Path = field(default_factory=lambda: Path.home() / ".cache" / "argus-trace")
+    topic_prefix: str = TopicsSection.prefix
+    state_dir: Path = field(default_factory=_state_dir)
+    cache_dir: Path = field(default_factory=_cache_dir)
     sections: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     origins: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     config_file: Path | None = None
