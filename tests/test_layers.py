@@ -20,7 +20,7 @@ layer  modules                                             what
 4      ``argus.streams.windows``, ``argus.streams.roles``  the engine's pure roles and what
        ``argus.streams.step_digest``,                      they need (no faust, no Kafka)
        ``argus.streams.pipeline_config``,
-       ``argus.streams.metrics``
+       ``argus.streams.limits``, ``argus.streams.metrics``
 5      ``argus.streams`` (the rest), ``argus.cli``,        faust agents, app, memory driver,
        ``argus.commands``, ``argus.diagnose``,             operator commands, sinks, simulator,
        ``argus.replay``, ``argus.report``,                 Kafka admin
@@ -66,6 +66,7 @@ LAYERS: dict[str, int | str] = {
     "argus.streams.roles": 4,
     "argus.streams.step_digest": 4,  # the steps roles' block -> job digests
     "argus.streams.pipeline_config": 4,  # the roles' settings
+    "argus.streams.limits": 4,  # the input limits pipeline_config inherits
     "argus.streams.metrics": 4,  # Prometheus instruments the roles count into
     "argus.streams": 5,
     "argus.diagnose": 5,
