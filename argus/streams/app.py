@@ -475,11 +475,12 @@ def route_batches(
     ``{"items": [item, ...]}``.
     """
     suffix = src.get_topic_name().removeprefix(ctx.settings.topic_prefix + ".")
+    records_in = metrics.RECORDS_IN.labels(role, suffix)  # the child, not a lookup per event
 
     @ctx.app.agent(src, name=name)
     async def _router(stream: faust.StreamT) -> None:
         async for event in stream.events():
-            metrics.RECORDS_IN.labels(role, suffix).inc()
+            records_in.inc()
             note_consumed(event)
             try:
                 routed = await route(event)

@@ -84,13 +84,21 @@ def encode_log16(q_ns: np.ndarray, levels: np.ndarray) -> tuple[np.ndarray, np.n
     q = np.asarray(q_ns, dtype=np.float64)
     j = median_index(levels)
     med = q[:, j].astype(np.float32)
-    rest = np.delete(q, j, axis=1)
+    rest = q[:, _others(q.shape[1], j)]  # every column but the median's
     ratio = (
         np.log(np.maximum(rest, np.finfo(np.float64).tiny))
         - np.log(np.maximum(med.astype(np.float64), np.finfo(np.float64).tiny))[:, None]
     )
     k = np.clip(np.rint(ratio * LOG16_STEPS_PER_UNIT), _I16.min, _I16.max).astype(np.int16)
     return med, k
+
+
+@functools.lru_cache(maxsize=64)
+def _others(n_levels: int, j: int) -> np.ndarray:
+    """(L − 1,) column indices 0..L−1 without j (read-only, cached)."""
+    out = np.delete(np.arange(n_levels), j)
+    out.setflags(write=False)
+    return out
 
 
 def decode_log16(median_ns: np.ndarray, offsets: np.ndarray, levels: np.ndarray) -> np.ndarray:

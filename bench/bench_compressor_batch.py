@@ -1,0 +1,164 @@
+"""Issue 21 bench: the compressor's work per 3,000-event record against its floor.
+
+Run (one process; rounds interleave every path, medians):
+
+    .venv/bin/python bench/bench_compressor_batch.py [--events 3000] [--poll 64,256] [--rounds 15]
+
+The workload is ``--poll`` raw ``kernel_batch`` records of ``--events`` events each (the
+simulator's default kernel mix, one window per rank, the ranks' names already announced,
+i.e. steady state), Avro-encoded as the collectors send them. Per round, on the same bytes:
+
+* **floor**: decode each record (``Codec.decode_as``) and sort its durations (``np.sort``):
+  what any compressor must at least do;
+* **batched**: what the compressor agent does per poll, without Kafka: decode, validate
+  (``Checker.kernel_batch``) and merge parts (``PartAssembler``) each record, compress the
+  poll's windows in one ``SummarizedBatches`` call, then build and encode each summary;
+* **one at a time**: the same with a poll of one record (the agent before issue 21: one
+  ``summarize_many`` per record).
+
+Reported: us per record (wall, ``perf_counter``) and the CPU time of this thread
+(``thread_time``), medians over rounds, and the ratios to the floor of the same round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from argus.schemas.codec import Codec
+from argus.schemas.kernel_parts import PartAssembler
+from argus.streams import synth
+from argus.streams.pipeline_config import PipelineConfig
+from argus.streams.validate import Checker, Limits
+from argus.summaries.summary_record import SummarizedBatches, batch_columns
+
+
+def workload(n_rec: int, n_events: int, seed: int = 0) -> list[bytes]:
+    """``n_rec`` encoded kernel_batch records (ranks 0..n_rec-1, one window each, now)."""
+    rng = np.random.default_rng(seed)
+    mix = synth.default_mix(seed)
+    codec = Codec()
+    t0 = time.time_ns() - 10 * 10**9
+    return [
+        codec.encode(
+            "kernel_batch",
+            synth.kernel_batch(
+                rng,
+                mix,
+                job="bench",
+                rank=r,
+                window_id=1,
+                n_events=n_events,
+                window_start_ns=t0,
+                coords={"dp_rank": r, "dp_size": n_rec},
+            ),
+        )
+        for r in range(n_rec)
+    ]
+
+
+class Compressor:
+    """The agent's per-poll work (argus.streams.agents.kernels.register_compressor), pure."""
+
+    def __init__(self) -> None:
+        self.codec = Codec()
+        self.check = Checker(Limits.from_pipeline(PipelineConfig()))
+        self.parts = PartAssembler()
+        self.announced: dict[str, set[int]] = {}
+
+    def poll(self, raws: list[bytes]) -> int:
+        wholes = []
+        for raw in raws:
+            piece = self.codec.decode_as("kernel_batch", raw)
+            self.check.kernel_batch(piece)
+            whole, _ = self.parts.add(piece, None)
+            if whole is not None:
+                wholes.append(whole)
+        done = SummarizedBatches(wholes)
+        out = 0
+        for i, b in enumerate(wholes):
+            known = self.announced.setdefault(f"{b['job']}/{b['rank']}", set())
+            rec = done.record(i, announced=known)
+            known.update(int(n["id"]) for n in rec["kernel_names"])
+            out += len(self.codec.encode("kernel_summary", rec))
+        return out
+
+    def poll_each(self, raws: list[bytes]) -> int:
+        """Polls of one record each (the agent before issue 21)."""
+        return sum(self.poll([r]) for r in raws)
+
+
+def floor(codec: Codec, raws: list[bytes]) -> int:
+    n = 0
+    for raw in raws:
+        d = codec.decode_as("kernel_batch", raw)
+        n += int(np.sort(np.frombuffer(d["duration_ns"], "<i8"))[-1] > 0)
+    return n
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    ap.add_argument("--events", type=int, default=3000)
+    ap.add_argument("--poll", default="64,256", help="records per poll (comma-separated)")
+    ap.add_argument("--rounds", type=int, default=15)
+    args = ap.parse_args()
+    print(
+        f"machine: {platform.node()} {platform.processor() or platform.machine()}, "
+        f"{os.cpu_count()} cpus; load average {os.getloadavg()}"
+    )
+    for n_rec in (int(p) for p in args.poll.split(",")):
+        raws = workload(n_rec, args.events)
+        codec = Codec()
+        comp = Compressor()
+        comp.poll(raws)  # first window: names announced; then steady state
+        paths: dict[str, Callable[[], Any]] = {
+            "floor (decode + sort)": functools.partial(floor, codec, raws),
+            "batched (one call per poll)": functools.partial(comp.poll, raws),
+            "one at a time": functools.partial(comp.poll_each, raws),
+        }
+        wall: dict[str, list[float]] = {k: [] for k in paths}
+        cpu: dict[str, list[float]] = {k: [] for k in paths}
+        ratio_w: dict[str, list[float]] = {k: [] for k in paths}
+        ratio_c: dict[str, list[float]] = {k: [] for k in paths}
+        for r in range(args.rounds):
+            names = list(paths)
+            names = names[r % len(names) :] + names[: r % len(names)]
+            got_w, got_c = {}, {}
+            for k in names:
+                c0, t0 = time.thread_time(), time.perf_counter()
+                paths[k]()
+                got_w[k] = (time.perf_counter() - t0) / n_rec * 1e6
+                got_c[k] = (time.thread_time() - c0) / n_rec * 1e6
+            fl = "floor (decode + sort)"
+            for k in paths:
+                wall[k].append(got_w[k])
+                cpu[k].append(got_c[k])
+                ratio_w[k].append(got_w[k] / got_w[fl])
+                ratio_c[k].append(got_c[k] / max(got_c[fl], 1e-9))
+        ev = args.events
+        print(
+            f"\n{n_rec} records of {ev} events per poll, {args.rounds} interleaved rounds "
+            f"(batch columns check: {len(batch_columns(codec.decode_as('kernel_batch', raws[0]))[0])} names)"
+        )
+        print(
+            f"{'path':30s} {'us/record':>10s} {'cpu us/rec':>11s} {'x floor':>8s} {'x floor cpu':>12s}"
+        )
+        for k in paths:
+            print(
+                f"{k:30s} {statistics.median(wall[k]):10.0f} {statistics.median(cpu[k]):11.0f} "
+                f"{statistics.median(ratio_w[k]):8.1f} {statistics.median(ratio_c[k]):12.1f}"
+            )
+    print(f"load average after: {os.getloadavg()}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
