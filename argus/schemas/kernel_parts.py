@@ -15,6 +15,7 @@ Pure: no Kafka; numpy only.
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -247,6 +248,7 @@ class Incomplete:
 @dataclass
 class _Open:
     parts: int
+    opened_s: float  # time.monotonic() of its first part here
     got: dict[int, tuple[Mapping[str, Any], Any]] = field(default_factory=dict)
     nbytes: int = 0
 
@@ -258,7 +260,12 @@ class PartAssembler:
     another window of the same (job, rank) arrives, an open window will not complete: it
     is returned as :class:`Incomplete` (the compressor sends its parts to the DLQ). Memory
     is bounded: past ``max_windows`` open windows or ``max_bytes`` of held columns the
-    oldest is given up the same way.
+    oldest is given up the same way, and :meth:`expire` gives up windows open too long.
+
+    Tokens: every part's token is handed back exactly once, so a caller that holds
+    something per part (the compressor holds its Kafka offset uncommitted) can release
+    it: in an :class:`Incomplete`, or by :meth:`take_released` (the parts of a window that
+    completed, a part replaced by a later copy).
     """
 
     def __init__(self, *, max_windows: int = 4096, max_bytes: int = 512 * 1024 * 1024) -> None:
@@ -267,6 +274,7 @@ class PartAssembler:
         self._open: OrderedDict[tuple[str, int, int], _Open] = OrderedDict()
         self._by_rank: dict[tuple[str, int], tuple[str, int, int]] = {}
         self._bytes = 0
+        self._released: list[Any] = []
 
     def add(
         self, batch: Mapping[str, Any], token: Any = None
@@ -297,18 +305,20 @@ class PartAssembler:
                 f"earlier parts said {entry.parts}",
             )
         if entry is None:
-            entry = self._open[key] = _Open(parts)
+            entry = self._open[key] = _Open(parts, time.monotonic())
             self._by_rank[(job, rank)] = key
         size = sum(len(batch.get(c) or b"") for c, _ in _COLUMNS)
         old = entry.got.get(part)
         if old is not None:  # a replayed part: the newer copy wins
             entry.nbytes -= sum(len(old[0].get(c) or b"") for c, _ in _COLUMNS)
             self._bytes -= sum(len(old[0].get(c) or b"") for c, _ in _COLUMNS)
+            self._released.append(old[1])
         entry.got[part] = (batch, token)
         entry.nbytes += size
         self._bytes += size
         if len(entry.got) == parts:
             self._pop(key)
+            self._released.extend(entry.got[i][1] for i in range(parts))
             return merge_parts([entry.got[i][0] for i in range(parts)]), given_up
         while len(self._open) > self.max_windows or (
             self._bytes > self.max_bytes and len(self._open) > 1
@@ -319,6 +329,20 @@ class PartAssembler:
     def flush(self) -> list[Incomplete]:
         """Give up every open window (end of input)."""
         return [self._give_up(k) for k in list(self._open)]
+
+    def expire(self, max_age_s: float, now_s: float | None = None) -> list[Incomplete]:
+        """Give up the windows whose first part came over ``max_age_s`` seconds ago
+        (``now_s``: ``time.monotonic()`` when omitted). A window's parts leave its producer
+        together; one whose rank sends nothing more would otherwise be held for ever."""
+        now = time.monotonic() if now_s is None else now_s
+        old = [k for k, e in self._open.items() if now - e.opened_s > max_age_s]
+        return [self._give_up(k) for k in old]
+
+    def take_released(self) -> list[Any]:
+        """The tokens of parts no longer held (their window completed, or a later copy
+        replaced them) since the last call."""
+        out, self._released = self._released, []
+        return out
 
     @property
     def open_windows(self) -> int:

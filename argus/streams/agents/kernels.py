@@ -8,7 +8,10 @@
   in input order, then the poll's records acknowledged. A window
   split into parts (``part``/``parts``, :mod:`argus.schemas.kernel_parts`) is merged first
   (:class:`~argus.schemas.kernel_parts.PartAssembler`); a window whose parts stop coming (the
-  rank's next window arrives first) sends the parts it has to the DLQ, ``incomplete-batch``.
+  rank's next window arrives first, or none for ``_PART_MAX_AGE_S``) sends the parts it has to
+  the DLQ, ``incomplete-batch``. No commit passes a held part's offset until its window is
+  summarised or given up (:mod:`argus.streams.held`), so a restart mid-window re-reads the
+  window from its first part.
   Kernel names travel as 32-bit ids; each rank's names are announced once, and again every
   ``_REANNOUNCE`` windows so a consumer that starts late learns them. One window in
   ``fidelity_every`` is also kept raw for the live fidelity check
@@ -32,7 +35,8 @@ import faust
 
 from argus.kafka.admin import partition_count
 from argus.routing import Routing
-from argus.schemas.kernel_parts import PartAssembler
+from argus.schemas.kernel_parts import Incomplete, PartAssembler
+from argus.streams import held as held_offsets
 from argus.streams import metrics
 from argus.streams.app import (
     Ctx,
@@ -55,6 +59,9 @@ _REANNOUNCE = 32  # windows between full name announcements per rank
 _POLL_MAX = 256  # raw records the compressor takes into one summarize call at most
 _FIDELITY_MIN_RANKS = 8
 _FIDELITY_WAIT_S = 10.0
+# a split window's parts leave its producer together (librdkafka retries a part for at most
+# message.timeout.ms, 30 s); one held longer than this will not complete
+_PART_MAX_AGE_S = 120.0
 
 
 def register_compressor(ctx: Ctx) -> None:
@@ -109,14 +116,42 @@ def register_compressor(ctx: Ctx) -> None:
         try:
             piece = ctx.codec.decode_as("kernel_batch", event.message.value or b"")
             checker(ctx).kernel_batch(piece, broker_s=event.message.timestamp)
-            whole, given_up = parts.add(piece, event)
+            whole, given_up = hold_part(piece, event)
         except Exception as exc:
             await ctx.dlq(event, exc, "compressor")
             return None
-        for gone in given_up:
-            for ev in gone.tokens:
-                await ctx.dlq(ev, gone.error(), "compressor")
+        await release_parts(given_up)
         return None if whole is None else (piece, whole)
+
+    # A split window's parts are held in memory until its last part: each held part's offset
+    # is held uncommitted (argus.streams.held) until the window is summarised or given up
+    # (DLQ), so a restart mid-window re-reads the window from its first part.
+    held = held_offsets.install(ctx.app)
+
+    def hold_part(piece: Mapping[str, Any], event: faust.EventT) -> Any:
+        msg = event.message
+        split = isinstance(piece.get("parts"), int) and piece["parts"] > 1
+        if split:
+            held.hold(msg.tp, msg.offset)
+        try:
+            return parts.add(piece, event)
+        except Exception:
+            if split:
+                held.release(msg.tp, msg.offset)
+            raise
+
+    async def release_parts(given_up: list[Incomplete], assigned: Any = None) -> None:
+        """DLQ the parts of windows given up (those of partitions still ``assigned``, when
+        given: a revoked partition's new owner re-reads them from the held offset), then
+        release every part's offset."""
+        for gone in given_up:
+            err = gone.error()
+            for ev in gone.tokens:
+                if assigned is None or ev.message.tp in assigned:
+                    await ctx.dlq(ev, err, "compressor")
+                held.release(ev.message.tp, ev.message.offset)
+        for ev in parts.take_released():
+            held.release(ev.message.tp, ev.message.offset)
 
     async def emit(
         event: faust.EventT,
@@ -210,6 +245,10 @@ def register_compressor(ctx: Ctx) -> None:
     @ctx.app.timer(interval=2.0, name="compressor-fidelity")
     async def _fidelity_timer() -> None:
         await fidelity(time.time())
+        # windows whose remaining parts never came (the rank sent nothing more)
+        expired = parts.expire(_PART_MAX_AGE_S)
+        if expired:
+            await release_parts(expired, assigned=ctx.app.consumer.assignment())
 
     add_lag_gauge(ctx, "compressor", [ctx.topic("raw.kernels")])
 
