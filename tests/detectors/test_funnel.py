@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import fastavro
@@ -71,6 +72,21 @@ def test_group_holding_a_compute_straggler_is_its_symptom() -> None:
 def test_unexplained_l1_is_a_job_culprit() -> None:
     cs = funnel.join([_l1("jitter", (40, 40))])
     assert [(c.group_kind, c.kind, c.ranks) for c in cs] == [("job", "jitter", ())]
+
+
+def test_a_step_time_spike_supports_only_the_culprit_that_made_it() -> None:
+    """An L1 spike at step 3 is not evidence for a straggler that merely shares the window
+    (a noise finding pushed over the trigger by an unrelated spike, issue 18 item 3); it is
+    for a rank whose own L2 spike is at step 3."""
+    spike = _l1("jitter", w=(0, 9))
+    spike = dataclasses.replace(spike, evidence={"spike_steps": json.dumps([3])})
+    cs = funnel.join([l2((5,)), spike])
+    assert sorted(c.levels for c in cs) == [("L1",), ("L2",)]
+    own = dataclasses.replace(
+        l2((7,)), kind="jitter", evidence={"role": "compute", "spike_steps": '{"7": [3]}'}
+    )
+    cs = funnel.join([l2((5,)), own, spike])
+    assert {c.ranks: c.levels for c in cs} == {(5,): ("L2",), (7,): ("L1", "L2")}
 
 
 def _missing(rank: int, step: int) -> Finding:

@@ -112,7 +112,32 @@ def _primary(findings: Sequence[Finding]) -> Finding:
 
 
 def _overlaps(a: Finding, b: Culprit) -> bool:
-    return a.window_start_step <= b.window_end_step and b.window_start_step <= a.window_end_step
+    """Whether L1 window ``a`` is evidence for culprit ``b``: a regression (a lasting
+    slowdown) when their windows overlap; step-time spikes (``jitter``) only when ``b``
+    itself made a spike at one of those steps (an L2 ``jitter`` of its ranks,
+    :func:`argus.detectors.l2.spikes`), never because it happens to share the window."""
+    if not (a.window_start_step <= b.window_end_step and b.window_start_step <= a.window_end_step):
+        return False
+    if a.kind != "jitter":
+        return True
+    spikes = set(_steps_of(a.evidence.get("spike_steps")))
+    return any(
+        f.level == "L2"
+        and f.kind == "jitter"
+        and spikes & set(_steps_of(f.evidence.get("spike_steps")))
+        for f in b.findings
+    )
+
+
+def _steps_of(raw: str | None) -> list[int]:
+    """Steps of a ``spike_steps`` evidence: a list (L1) or rank -> list (L2), as JSON."""
+    try:
+        v = json.loads(raw or "[]")
+    except ValueError:
+        return []
+    if isinstance(v, dict):
+        return [int(s) for steps in v.values() for s in steps]
+    return [int(s) for s in v]
 
 
 def _union(findings: Sequence[Finding]) -> list[list[Finding]]:
@@ -405,8 +430,9 @@ def join(
        they are its victims (evidence, not culprits).
        Waiting nothing explains is a culprit itself (a rank late for a reason no phase
        measured, a slow collective).
-    4. L1 windows attach to every culprit whose window they overlap; unexplained L1 windows
-       are job-level culprits, one per kind. ``missing_rank`` (L1: ranks that stopped
+    4. L1 regressions attach to every culprit whose window they overlap, L1 spikes only to
+       a culprit that made a spike at one of their steps (:func:`_overlaps`); unexplained L1
+       windows are job-level culprits, one per kind. ``missing_rank`` (L1: ranks that stopped
        reporting) is not a step-time window: its ranks are a culprit of their own.
     """
     out: list[Culprit] = []
