@@ -21,15 +21,27 @@ compared with the other groups of its kind doing the same work:
   Slow when ``exp(L) >= min_ratio``, ``z >= z``, the excess (median of ``t_gs - ref_s``) is
   material (``>= min_abs_ms`` and ``>= min_step_share`` of the median iteration time), and
   each pooled group is above ``ref_s`` in more than half its steps.
+* **Receives** (:func:`receive_rows`, :func:`receive_stats`): a pipeline group's summed
+  receive phases are mostly waits (1F1B bubbles of 70-300 ms hide a transfer of a few ms),
+  so the step records' receive *entries* are used too: per rank, p2p phase and step the
+  shortest entry, the transfer alone whenever the receiver posted after the sender sent,
+  compared across the ranks receiving at the same stage. A class whose shortest receives
+  are ``wait_ratio`` x the kind's shortest class (backward receives wait in every
+  micro-batch) is left out; the receives replace the pipeline groups' summed phases.
 * **Host** (``group_kind="host"``): a host's *inter-host* groups (members on more than one
-  host; a group inside one host does not use its NIC) are compared, class by class, with the
-  class's groups holding none of its ranks. A class is *informative* for the host when at
-  least ``min_groups`` groups hold none of its ranks. The host is named when at least one
-  class is informative and in every informative class each of its groups is slow. Hosts
-  with the same evidence (e.g. the nodes of one pipeline, when only the pipeline's p2p
-  groups tell them apart) are split by comparing their data-parallel groups *across
-  stages*: a tied host is kept when its groups are slow against the class's other groups;
-  when none is, none is named and its groups are reported instead.
+  host; a group inside one host does not use its NIC) and its ranks' receive links
+  (receiver, sender) are compared, class by class, with the class's groups holding none of
+  its ranks. A class is *informative* for the host when at least ``min_groups`` groups hold
+  none of its ranks. The host is a candidate when its groups, pooled, are slow in at least
+  one informative class and clearly not slow (ratio under ``sqrt(min_ratio)``) in none: "a
+  node whose ranks are slow in every group they belong to", where a class too noisy to
+  tell (an all-to-all's summed micro-batches hold waits) neither counts nor vetoes. When only receives tell it apart (tp 8: its DP groups are all of
+  its stage's), its collectives must also be slow against the other stages' (a NIC carries
+  its rings too; a pipeline waiting on a straggler does not slow its stage's rings). Receive
+  classes identify (no materiality gate: a transfer may be a fraction of a ms); the
+  collective evidence must be material. Candidates with the same evidence are split by
+  comparing their data-parallel groups *across stages*: a tied host is kept when its groups
+  are slow against the class's other groups; when none is, none is named.
 * **Group** (its own kind and id): a group slow against the rest of its class (leave one
   out), that no named host explains (it holds none of the host's ranks).
 
@@ -52,16 +64,24 @@ import numpy as np
 
 from argus.detectors.findings import Finding
 from argus.detectors.l2 import GroupWindow
+from argus.routing import Routing
 
 __all__ = [
     "GroupStat",
     "GroupwideConfig",
+    "ReceiveRow",
     "detect",
     "detect_stats",
     "group_stats",
     "hosts_of",
+    "receive_rows",
+    "receive_stats",
     "stage_of",
 ]
+
+ReceiveRow = tuple[str, str, str, int, int, int, float]
+"""One rank's pipeline receives of one phase at one step: (group kind, group id, phase, rank,
+stage, entries, shortest entry ns) (:func:`receive_rows`)."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +94,7 @@ class GroupwideConfig:
     min_abs_ms: float = 1.0
     min_step_share: float = 0.002  # excess per step over the median iteration time
     min_groups: int = 4  # reference groups a comparison needs
+    wait_ratio: float = 2.0  # receive class whose shortest receive is this x the kind's: waits
     group_ratio: float = 2.0  # one group alone (a link): MoE all-to-alls vary 1.2-1.5x
     group_z: float = 8.0
     stage_ratio: float = 1.4  # a stage's groups against the other stages' (design: <= 1.3x)
@@ -87,6 +108,11 @@ class GroupStat:
 
     ``t_ns`` (S,) float64, ns per step (NaN: no data), on the common ``steps`` of
     :func:`group_stats`; ``stage`` the pp index the group id fixes (None: varies pp).
+
+    A *receive* stat (``rank`` set, :func:`receive_stats`) is one rank's pipeline receives
+    of one phase: ``members`` ``(receiver, sender)``, ``stage`` the receiver's, ``t_ns`` the
+    receives' shortest entry per step (ns; ``weight`` entries a step, so the step pays
+    ``weight`` times an excess).
     """
 
     group_kind: str
@@ -95,10 +121,13 @@ class GroupStat:
     members: tuple[int, ...]
     stage: int | None
     t_ns: np.ndarray
+    rank: int | None = None
+    weight: float = 1.0
 
     @property
     def cls(self) -> tuple[str, str, int, int | None]:
-        return (self.group_kind, self.phase, len(self.members), self.stage)
+        kind = self.group_kind if self.rank is None else f"{self.group_kind}>rx"
+        return (kind, self.phase, len(self.members), self.stage)
 
 
 def hosts_of(records: Iterable[Mapping[str, object]], gpus_per_host: int = 8) -> dict[int, str]:
@@ -159,6 +188,84 @@ def group_stats(windows: Sequence[GroupWindow]) -> tuple[np.ndarray, list[GroupS
     return steps, stats, float(np.median(it)) if it.size else math.nan
 
 
+def receive_rows(
+    records: Iterable[Mapping[str, object]], routing: Routing | None = None
+) -> list[ReceiveRow]:
+    """Pipeline receives of step records (one step, any ranks), one row per (rank, p2p phase).
+
+    A receive entry lasts from its posting to the data's arrival: the wait for the sender
+    plus the transfer. In a micro-batch where the receiver posts after the sender sent
+    (1F1B's steady state, for forward activations), it is the transfer alone, so a step's
+    *shortest* entry of a phase is that rank's transfer time through both NICs - a per-op
+    view that summed phases (Megatron's per-iteration timers) lose. Rows:
+    ``(kind, group id, phase, rank, stage, entries, shortest ns)``.
+    """
+    routing = routing or Routing.default()
+    out: list[ReceiveRow] = []
+    for rec in records:
+        coords = rec.get("coords") or {}
+        if not isinstance(coords, Mapping):
+            continue
+        best: dict[str, list[float]] = {}
+        for ph in rec.get("phases") or ():  # type: ignore[attr-defined]
+            if ph.get("stream_kind") != "p2p":
+                continue
+            b = best.setdefault(str(ph["name"]), [0, math.inf])
+            b[0] += 1
+            b[1] = min(b[1], float(ph["duration_ns"]))
+        stage = int(coords.get("pp_rank", 0) or 0)
+        for name, (n, t) in sorted(best.items()):
+            kind, gid = routing.group_of(coords, name, "p2p")
+            out.append((kind, gid, name, int(rec["rank"]), stage, int(n), t))  # type: ignore[call-overload]
+    return out
+
+
+def receive_stats(rows: Sequence[tuple[int, Sequence[ReceiveRow]]], n: int) -> list[GroupStat]:
+    """Receive rows of ``n`` steps (``(step index, rows)``) -> one receive :class:`GroupStat`
+    per (rank, phase), members ``(receiver, sender)``.
+
+    The sender is the receiver's neighbour in its pipeline group, on the side the data comes
+    from: a phase no rank of the first stage has comes from the stage before (forward
+    activations), one the last stage lacks from the stage after (gradients); a phase every
+    stage (or none of the ends) has tells no direction and is left out. A rank's neighbour is
+    the rank of the same group id one stage over (any phase's rows name it).
+    """
+    at: dict[tuple[str, str, int], int] = {}
+    stages: dict[str, set[int]] = {}
+    by: dict[tuple[str, str, str, int], tuple[int, list[int], np.ndarray]] = {}
+    for i, rs in rows:
+        for kind, gid, phase, rank, stage, entries, ns in rs:
+            at[(kind, gid, stage)] = rank
+            stages.setdefault(kind, set()).add(stage)
+            key = (kind, gid, phase, rank)
+            if key not in by:
+                by[key] = (stage, [], np.full(n, np.nan))
+            by[key][1].append(entries)
+            by[key][2][i] = ns
+    has: dict[tuple[str, str], set[int]] = {}
+    for (kind, _gid, phase, _rank), (stage, _c, _t) in by.items():
+        has.setdefault((kind, phase), set()).add(stage)
+    out: list[GroupStat] = []
+    for (kind, gid, phase, rank), (stage, cnt, t) in sorted(by.items(), key=lambda kv: kv[0]):
+        lo, hi = min(stages[kind]), max(stages[kind])
+        here = has[(kind, phase)]
+        if lo == hi:
+            continue
+        if lo not in here and hi in here:
+            step = -1  # from the stage before
+        elif hi not in here and lo in here:
+            step = 1
+        else:
+            continue
+        sender = at.get((kind, gid, stage + step))
+        if sender is None:
+            continue
+        out.append(
+            GroupStat(kind, gid, phase, (rank, sender), stage, t, rank, float(np.median(cnt)))
+        )
+    return out
+
+
 @dataclass(frozen=True)
 class _Window:
     """What every finding of one call shares: the job, the window, the gates, the hosts."""
@@ -186,12 +293,17 @@ def _nanmedian(a: np.ndarray, axis: int | None = None) -> np.ndarray:
 
 
 def _slow(
-    ts: Sequence[np.ndarray], ref: Sequence[np.ndarray], iter_ns: float, cfg: GroupwideConfig
+    ts: Sequence[np.ndarray],
+    ref: Sequence[np.ndarray],
+    iter_ns: float,
+    cfg: GroupwideConfig,
+    weight: float = 1.0,
 ) -> _Verdict:
     """Are the transfer times ``ts`` (each (S,)) slow, together, against the reference groups
     ``ref`` (each (S,))? One group is a test of its own; a host's groups of one class are
     pooled (the host hypothesis: all of them slow), each of them slower than the reference
-    median in more than half its steps."""
+    median in more than half its steps. ``weight``: times a step pays the excess (a rank's
+    receives of one phase)."""
     u = np.vstack(ref)
     t = np.vstack(ts)
     with np.errstate(all="ignore"):
@@ -208,7 +320,7 @@ def _slow(
     sigma = max(float(_nanmedian(sig_s)) if np.isfinite(sig_s).any() else 0.0, cfg.min_sigma)
     score = float(np.median(lg))
     z = score / (1.2533 * sigma / math.sqrt(lg.size))
-    excess = float(np.median(t[ok] - rr[ok]))
+    excess = float(np.median(t[ok] - rr[ok])) * weight
     need = cfg.min_abs_ms * 1e6
     if math.isfinite(iter_ns):
         need = max(need, cfg.min_step_share * iter_ns)
@@ -221,6 +333,8 @@ def detect(
     windows: Sequence[GroupWindow],
     hosts: Mapping[int, str] | None = None,
     cfg: GroupwideConfig | None = None,
+    records: Iterable[Mapping[str, object]] = (),
+    routing: Routing | None = None,
 ) -> list[Finding]:
     """Hosts and groups whose collectives are slow against the other groups of their kind.
 
@@ -231,6 +345,11 @@ def detect(
     hosts : mapping, optional
         Rank -> host (:func:`hosts_of`); missing ranks are on ``node<rank // gpus_per_host>``.
     cfg : GroupwideConfig
+    records : iterable of step_record dicts, optional
+        The window's records: their pipeline receives (:func:`receive_rows`) tell a host's
+        p2p transfers apart, where the windows' summed phases hold only the waits.
+    routing : Routing, optional
+        For the receives' group ids (default routing).
 
     Returns
     -------
@@ -241,6 +360,12 @@ def detect(
     if not windows:
         return []
     steps, stats, iter_ns = group_stats(windows)
+    col = {int(x): i for i, x in enumerate(steps)}
+    per_step: dict[int, list[Mapping[str, object]]] = {}
+    for rec in records:
+        per_step.setdefault(int(rec["step"]), []).append(rec)  # type: ignore[call-overload]
+    rows = [(col[s], receive_rows(rs, routing)) for s, rs in per_step.items() if s in col]
+    stats = [*stats, *receive_stats(rows, len(steps))]
     return detect_stats(
         windows[0].job,
         steps,
@@ -279,22 +404,45 @@ def detect_stats(
         classes.setdefault(g.cls, []).append(g)
     hosts_in = {id(g): {host(r) for r in g.members} for g in stats}
     inter = [g for g in stats if len(hosts_in[id(g)]) > 1]
+    waits = _wait_classes(classes, cfg)
+    # a pipeline group's summed receives are mostly waits: its ranks' receives replace them
+    rx = {(g.group_kind, g.phase) for g in stats if g.rank is not None}
+    waits |= {k for k, gs in classes.items() if gs[0].rank is None and k[:2] in rx}
     # --- hosts: slow in every informative class --------------------------------------------
     evidence: dict[str, list[tuple[GroupStat, _Verdict]]] = {}
     for h in sorted({host(r) for g in inter for r in g.members}):
         ev: list[tuple[GroupStat, _Verdict]] = []
-        informative = failed = False
-        for members in classes.values():
+        failed = collective = False
+        for key, members in classes.items():
+            if key in waits:
+                continue
             mine, rest = _touching(members, h, hosts_in)
             if not mine or len(rest) < cfg.min_groups:
                 continue
-            informative = True
-            v = _slow([g.t_ns for g in mine], [u.t_ns for u in rest], iter_ns, cfg)
+            rx_class = mine[0].rank is not None  # receives identify; collectives must matter
+            v = _slow(
+                [g.t_ns for g in mine],
+                [u.t_ns for u in rest],
+                iter_ns,
+                replace(cfg, min_abs_ms=0.0, min_step_share=0.0) if rx_class else cfg,
+                mine[0].weight,
+            )
             if not v.slow:
-                failed = True
-                break
+                # clearly not slow: under half the least slowdown it looks for; else a class
+                # too noisy to tell (an all-to-all's summed micro-batches hold waits)
+                if math.log(v.ratio) < 0.5 * math.log(cfg.min_ratio):
+                    failed = True
+                    break
+                continue
+            collective = collective or not rx_class
             ev += [(g, v) for g in mine]
-        if informative and not failed:
+        if ev and not failed and not collective:
+            # only its pipeline receives tell it apart (tp 8: its collectives are those of
+            # its whole stage): its collectives must then be slow against the other stages'
+            more = _across_stages(h, stats, hosts_in, iter_ns, cfg)
+            failed = not more
+            ev += more
+        if ev and not failed:
             evidence[h] = ev
     named = _split_ties(evidence, stats, hosts_in, iter_ns, cfg)
     win = _Window(job, start_ns, end_ns, steps, iter_ns, cfg, host)
@@ -302,7 +450,7 @@ def detect_stats(
     # --- groups: slow against the rest of their class, not explained by a named host -------
     gcfg = replace(cfg, min_ratio=cfg.group_ratio, z=cfg.group_z)
     for members in classes.values():
-        if len(members) - 1 < cfg.min_groups:
+        if len(members) - 1 < cfg.min_groups or members[0].rank is not None:
             continue
         for g in members:
             if hosts_in[id(g)] & named:
@@ -335,7 +483,7 @@ def _stages(
     scfg = replace(cfg, min_ratio=cfg.stage_ratio)
     across: dict[tuple[str, str, int], list[GroupStat]] = {}
     for g in stats:
-        if g.stage is not None and len(hosts_in[id(g)]) > 1:
+        if g.stage is not None and g.rank is None and len(hosts_in[id(g)]) > 1:
             across.setdefault((g.group_kind, g.phase, len(g.members)), []).append(g)
     best: dict[tuple[str, int], list[tuple[GroupStat, _Verdict]]] = {}
     for (kind, _phase, _n), members in across.items():
@@ -355,6 +503,64 @@ def _stages(
         f = _finding(win, kind, f"pp{st}", ev)
         out.append(f)
     return out
+
+
+def _wait_classes(
+    classes: Mapping[tuple[str, str, int, int | None], Sequence[GroupStat]], cfg: GroupwideConfig
+) -> set[tuple[str, str, int, int | None]]:
+    """Receive classes that measure waits, not transfers: their typical shortest receive is
+    ``wait_ratio`` x the shortest class's of the same group kind. A forward activation and
+    its gradient have the same shape, so every receive of a pipeline moves the same bytes;
+    a class far above the others never posts after its sender (1F1B's backward receives
+    wait for the later stages' compute) and says nothing about a NIC."""
+    med: dict[tuple[str, str, int, int | None], float] = {}
+    for key, gs in classes.items():
+        if gs[0].rank is None:
+            continue
+        t = np.concatenate([g.t_ns for g in gs])
+        t = t[np.isfinite(t)]
+        if t.size:
+            med[key] = float(np.median(t))
+    floor: dict[str, float] = {}
+    for key, m in med.items():
+        floor[key[0]] = min(floor.get(key[0], math.inf), m)
+    return {k for k, m in med.items() if m > cfg.wait_ratio * floor[k[0]]}
+
+
+def _across_stages(
+    h: str,
+    stats: Sequence[GroupStat],
+    hosts_in: Mapping[int, set[str]],
+    iter_ns: float,
+    cfg: GroupwideConfig,
+) -> list[tuple[GroupStat, _Verdict]]:
+    """Host ``h``'s inter-host collective groups that share their class at their stage with
+    no group free of ``h`` (tp 8: every DP group of a stage holds one rank of each of its
+    hosts), pooled per (kind, phase, size) against the other stages' groups: the slow ones'
+    evidence when at least one such comparison exists and every one is slow, else []. A NIC
+    carries its host's rings as well as its receives; a pipeline waiting on a straggler
+    upstream has slow receives but collectives of the stage's usual speed."""
+    across: dict[tuple[str, str, int], list[GroupStat]] = {}
+    for g in stats:
+        if g.stage is not None and g.rank is None and len(hosts_in[id(g)]) > 1:
+            across.setdefault((g.group_kind, g.phase, len(g.members)), []).append(g)
+    ev: list[tuple[GroupStat, _Verdict]] = []
+    for members in across.values():
+        mine = [g for g in members if h in hosts_in[id(g)]]
+        if not mine:
+            continue
+        stages = {g.stage for g in mine}
+        same = [g for g in members if g.stage in stages]
+        if any(h not in hosts_in[id(g)] for g in same):
+            continue  # informative at its stage: judged there
+        rest = [g for g in members if g.stage not in stages]
+        if len(rest) < cfg.min_groups:
+            continue
+        v = _slow([g.t_ns for g in mine], [u.t_ns for u in rest], iter_ns, cfg)
+        if not v.slow:
+            return []
+        ev += [(g, v) for g in mine]
+    return ev
 
 
 def _touching(
@@ -389,7 +595,7 @@ def _split_ties(
     named: set[str] = set()
     across: dict[tuple[str, str, int], list[GroupStat]] = {}
     for g in stats:
-        if g.stage is not None:
+        if g.stage is not None and g.rank is None:
             across.setdefault((g.group_kind, g.phase, len(g.members)), []).append(g)
     for tied in by_ev.values():
         if len(tied) == 1:

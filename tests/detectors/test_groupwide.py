@@ -8,6 +8,8 @@ are receive waits (bubbles + the transfer), 8 GPUs a node in rank order.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -203,3 +205,152 @@ def test_a_stragglers_pipeline_waiting_is_its_symptom_not_a_page() -> None:
     straggler = l2((162,), ("dp", "pp1.tp2"), z=40.0)
     _st, out = funnel.step(funnel.FunnelState(), [straggler, *fs])
     assert [a["ranks"] for a in out.alerts if a["action"] == "trigger"] == [[162]]
+
+
+# -- a slow NIC its pipeline hides: the ranks' receives name it (issue 18) -------------------------
+
+MB = 8  # micro-batches per step
+
+
+def receives(
+    lay: Layout,
+    *,
+    steps: int = 10,
+    seed: int = 0,
+    slow_host: str | None = None,
+    nic: float = 1.6,
+    straggler: int | None = None,
+    transfer_ms: float = 0.8,
+) -> list[dict]:
+    """Step records holding only the pipeline receives of a 1F1B schedule, one entry per
+    micro-batch: forward receives (stages >= 1) post after the sender sent in most
+    micro-batches (the entry is the transfer), backward receives (stages < last) wait for the
+    later stages' compute in every one (5-30 ms, the transfer hidden in it). A transfer
+    through ``slow_host``'s NIC (either end) is ``nic`` x; ``straggler``: its pipeline's later
+    stages wait for it in every forward receive (40 ms)."""
+    rng = np.random.default_rng([seed, 7])
+    n = lay.world_size
+    coords = [layout_coords(lay, r) for r in range(n)]
+    pp_of = {r: coords[r]["pp_rank"] for r in range(n)}
+    pipe = {}
+    for r in range(n):
+        pipe.setdefault(group_id(coords[r], DEFAULT_GROUPS["pp"]), {})[pp_of[r]] = r
+    late = None
+    if straggler is not None:
+        late = group_id(coords[straggler], DEFAULT_GROUPS["pp"])
+    recs = []
+    for s in range(steps):
+        for r in range(n):
+            st = pp_of[r]
+            chain = pipe[group_id(coords[r], DEFAULT_GROUPS["pp"])]
+            phases = []
+            for name, peer, wait in (
+                ("pp_recv_fwd", st - 1, lambda: rng.exponential(3.0) * (rng.random() < 0.4)),
+                ("pp_recv_bwd", st + 1, lambda: rng.uniform(5.0, 30.0)),
+            ):
+                if peer not in chain:
+                    continue
+                slow = slow_host in (_host(r), _host(chain[peer]))
+                for _m in range(MB):
+                    w = wait()
+                    if late is not None and chain is pipe[late] and name == "pp_recv_fwd":
+                        w += 40.0 if st > pp_of[straggler] else 0.0
+                    t = transfer_ms * (nic if slow else 1.0) * rng.lognormal(0.0, 0.05)
+                    phases.append(
+                        {
+                            "name": name,
+                            "stream_kind": "p2p",
+                            "start_ns": 0,
+                            "duration_ns": int((w + t) * 1e6),
+                        }
+                    )
+            recs.append({"rank": r, "step": s, "coords": coords[r], "phases": phases})
+    return recs
+
+
+def _no_p2p(windows: list[GroupWindow]) -> list[GroupWindow]:
+    return [w for w in windows if w.group_kind != "pp"]
+
+
+@pytest.mark.parametrize(("slow", "stage"), [("h20", 1), ("h50", 3), ("h3", 0), ("h36", 2)])
+def test_a_nic_its_pipeline_hides_names_its_host_from_the_ranks_receives(
+    slow: str, stage: int
+) -> None:
+    # tp 8 x pp 4 x dp 16: the node's DP groups are all of its stage's (no other node's
+    # ranks free of it), its pipelines' summed receives are bubbles; each rank's shortest
+    # forward receive is the transfer, and the node's are 1.6x (its own and its next
+    # stage's); before, this was named as the stage (dp/pp<stage>) at best
+    ws = job(DENSE, slow_host=slow, seed=stage, p2p_nic=False)
+    assert int(slow[1:]) * 8 // 128 == stage
+    recs = receives(DENSE, slow_host=slow, seed=stage)
+    fs = groupwide.detect(_no_p2p(ws), _hosts(DENSE), records=recs)
+    assert _named(fs) == [("host", slow)]
+    first = int(slow[1:]) * 8
+    assert json.loads(fs[0].evidence["members"]) == list(range(first, first + 8))
+    assert any(g.startswith("pp:") for g in json.loads(fs[0].evidence["groups"]))
+
+
+def test_a_nic_names_its_host_moe_layout_with_receives() -> None:
+    # tp 2 x ep 8 x dp 8 x pp 4: its EP all-to-alls (2 nodes) and its receives intersect
+    fs = groupwide.detect(
+        _no_p2p(job(MOE, MOE_OPS, slow_host="h9", seed=1, p2p_nic=False)),
+        _hosts(MOE),
+        records=receives(MOE, slow_host="h9", seed=1),
+    )
+    assert _named(fs) == [("host", "h9")]
+
+
+@pytest.mark.parametrize("lay", [DENSE, MOE])
+def test_healthy_receives_name_nothing(lay: Layout) -> None:
+    ops = DENSE_OPS if lay is DENSE else MOE_OPS
+    for seed in range(2):
+        fs = groupwide.detect(
+            _no_p2p(job(lay, ops, cv=0.08, seed=seed)),
+            _hosts(lay),
+            records=receives(lay, seed=seed),
+        )
+        assert fs == [], (seed, _named(fs))
+
+
+def test_a_stragglers_pipeline_waiting_names_no_host() -> None:
+    # rank 162 (pp 1, dp 4) is late: the later stages of its pipelines wait in every forward
+    # receive, so the next stage's node looks slow in its receives, but its DP collectives
+    # are its stage's usual: no NIC
+    recs = receives(DENSE, seed=3, straggler=162)
+    fs = groupwide.detect(_no_p2p(job(DENSE, seed=3)), _hosts(DENSE), records=recs)
+    assert not [f for f in fs if f.group_kind == "host"], _named(fs)
+
+
+def test_receive_direction_and_sender_come_from_the_stages_that_have_the_phase() -> None:
+    lay = Layout(tp=1, pp=3, dp=1)
+    rows = [
+        ("pp", "all", "recv_a", 1, 1, 8, 1e6),  # no stage 0: from the stage before
+        ("pp", "all", "recv_a", 2, 2, 8, 1e6),
+        ("pp", "all", "recv_b", 0, 0, 8, 9e6),  # no last stage: from the stage after
+        ("pp", "all", "recv_b", 1, 1, 8, 9e6),
+        ("pp", "all", "both", 0, 0, 1, 1e6),  # every stage: no direction, left out
+        ("pp", "all", "both", 1, 1, 1, 1e6),
+        ("pp", "all", "both", 2, 2, 1, 1e6),
+    ]
+    assert lay.world_size == 3
+    got = {(g.phase, g.members, g.stage, g.weight) for g in groupwide.receive_stats([(0, rows)], 1)}
+    assert got == {
+        ("recv_a", (1, 0), 1, 8.0),
+        ("recv_a", (2, 1), 2, 8.0),
+        ("recv_b", (0, 1), 0, 8.0),
+        ("recv_b", (1, 2), 1, 8.0),
+    }
+
+
+def test_receive_rows_take_the_shortest_entry_of_a_phase() -> None:
+    c = layout_coords(Layout(tp=1, pp=2, dp=1), 1)
+    rec = {
+        "rank": 1,
+        "coords": c,
+        "phases": [
+            {"name": "pp_recv_fwd", "stream_kind": "p2p", "start_ns": 0, "duration_ns": d}
+            for d in (9_000_000, 800_000, 3_000_000)
+        ]
+        + [{"name": "mlp", "stream_kind": "compute", "start_ns": 0, "duration_ns": 5}],
+    }
+    assert groupwide.receive_rows([rec]) == [("pp", "all", "pp_recv_fwd", 1, 1, 3, 800_000.0)]

@@ -160,6 +160,16 @@ def test_each_fault_is_visible_where_it_should_be(name: str) -> None:
         dp = DENSE.group_index("dp")
         hit = np.isin(dp, dp[list(t.ranks)])
         assert np.median(rs[hit]) > 10 and abs(np.median(rs[~hit])) < 2
+        # its pipeline links: the shortest forward receive of a step is the transfer alone
+        # (posted after the send), 1.6x where either end is the host
+        fwd = np.full(DENSE.world, np.nan)
+        for b in st.blocks:
+            cols = [j for j, n in enumerate(b.phase_names) if n == "pp_recv_fwd"]
+            if cols:
+                fwd[b.ranks] = b.phase_dur[:, cols].min(axis=1)
+        per_stage = DENSE.world // DENSE.pp
+        rx = np.array([x for x in t.ranks if x >= per_stage] or [x + per_stage for x in t.ranks])
+        assert np.median(fwd[rx]) / np.nanmedian(fwd) == pytest.approx(1.6, rel=0.1)
         return
     if name == "mega-data-stall":
         assert _phase_totals(st, "data_load")[r] > 1500

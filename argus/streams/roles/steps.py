@@ -478,7 +478,9 @@ class StepBlocks(_Tier):
                 up = [window_to_json(w) for w in sorted(spanning, key=_group_key)]
                 own = sorted((w for b in own_b for w in b.windows()), key=_group_key)
                 self.l2.store(key, job, c.step, blk, own_b)
-                digest["transfer"] = transfer_rows(own)  # the job tier compares all groups
+                digest["transfer"] = transfer_rows(  # the job tier compares all groups
+                    own, recs, members=not st.get("hosts_sent") or c.step % _HOSTS_EVERY == 0
+                )
                 h["recent"].append((c.step, [blk]))
                 sent = await emit_findings(
                     self.ctx, self.l2.run(key, job, h), h["emitted"], "steps"

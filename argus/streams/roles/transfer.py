@@ -9,6 +9,16 @@ anyway) and, when a step closes the last step of a funnel window (``funnel_windo
 judges that window with :func:`argus.detectors.groupwide.detect_stats`. The findings' window is
 the funnel's, so they join the culprits of that window.
 
+A block also reduces its ranks' pipeline receives (:func:`argus.detectors.groupwide.receive_rows`:
+per rank and p2p phase the step's shortest receive, the transfer without the wait) to one row
+each, kind ``<kind>>rx`` and members ``[rank, stage, entries]``: the step records' summed
+receive phases are mostly waits, so only these tell a slow NIC's pipeline links apart (tp 8,
+where a node's collectives are its whole stage's).
+
+A group row's members travel with the block's hosts (its first digest, then every 64 steps);
+other rows leave them empty (``[]``) and the job tier keeps them in ``steps-members``
+(``job`` -> ``{"<kind>|<group id>": members}``).
+
 Rows wait in the table ``steps-transfer`` under ``job|<step>|<part>`` (``b<block>``, ``job`` for
 the spanning groups, ``m`` for the step's iteration time and span) until their window is judged;
 the ranks' hosts under ``job`` in ``steps-hosts``.
@@ -18,7 +28,8 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -32,20 +43,33 @@ from argus.streams.roles.state import TransferRow
 __all__ = ["TransferWindows", "transfer_rows"]
 
 
-def transfer_rows(windows: Sequence[GroupWindow]) -> list[TransferRow]:
+RX = ">rx"  # kind suffix of a receive row
+
+
+def transfer_rows(
+    windows: Sequence[GroupWindow],
+    records: Iterable[Mapping[str, Any]] = (),
+    *,
+    members: bool = True,
+) -> list[TransferRow]:
     """One step's transfer time per (group, collective or p2p phase) of ``windows`` (windows
-    of that one step): ``(kind, group id, phase, members, ns or None)``."""
+    of that one step): ``(kind, group id, phase, members, ns or None)``, members ``[]``
+    unless ``members``; then one receive row per (rank, p2p phase) of ``records`` (that
+    step's): ``(kind + ">rx", group id, phase, [rank, stage, entries], shortest ns)``."""
     _steps, stats, _it = groupwide.group_stats(windows)
-    return [
+    rows: list[TransferRow] = [
         (
             g.group_kind,
             g.group_id,
             g.phase,
-            list(g.members),
+            list(g.members) if members else [],
             float(g.t_ns[0]) if g.t_ns.size and math.isfinite(g.t_ns[0]) else None,
         )
         for g in stats
     ]
+    for kind, gid, phase, rank, stage, n, ns in groupwide.receive_rows(records):
+        rows.append((kind + RX, gid, phase, [rank, stage, n], ns))
+    return rows
 
 
 class TransferWindows:
@@ -57,11 +81,22 @@ class TransferWindows:
         self.cfg = groupwide.GroupwideConfig()
         self.table = ctx.table("steps-transfer")
         self.hosts = ctx.table("steps-hosts")
+        self.members = ctx.table("steps-members")
 
     def keep(self, job: str, step: int, part: str, rows: Sequence[TransferRow]) -> None:
-        """Rows of ``step`` from ``part`` (a block, or ``job`` for the spanning groups)."""
-        if rows:
-            self.table[f"{job}|{step}|{part}"] = list(rows)
+        """Rows of ``step`` from ``part`` (a block, or ``job`` for the spanning groups); the
+        groups' members the rows carry are kept for the rows that do not."""
+        if not rows:
+            return
+        self.table[f"{job}|{step}|{part}"] = list(rows)
+        known = self.members.get(job) or {}
+        new = {
+            f"{k}|{g}": list(m)
+            for k, g, _p, m, _t in rows
+            if m and not k.endswith(RX) and known.get(f"{k}|{g}") != list(m)
+        }
+        if new:
+            self.members[job] = {**known, **new}
 
     def keep_hosts(self, job: str, hosts: Mapping[str, str]) -> None:
         known = self.hosts.get(job) or {}
@@ -96,7 +131,7 @@ class TransferWindows:
         found = groupwide.detect_stats(
             job,
             np.asarray(steps, np.int64),
-            _stats(rows, len(steps)),
+            _stats(rows, len(steps), self.members.get(job) or {}),
             float(np.median([m[0] for m in meta])),
             (int(min(m[1] for m in meta)), int(max(m[2] for m in meta))),
             {int(r): h for r, h in (self.hosts.get(job) or {}).items()},
@@ -106,17 +141,33 @@ class TransferWindows:
         return found
 
 
-def _stats(rows: Sequence[tuple[int, Sequence[TransferRow]]], n: int) -> list[groupwide.GroupStat]:
-    """Rows of ``n`` steps (``(step index, rows)``) -> one GroupStat per (group, phase)."""
+def _stats(
+    rows: Sequence[tuple[int, Sequence[TransferRow]]], n: int, members: Mapping[str, list[int]]
+) -> list[groupwide.GroupStat]:
+    """Rows of ``n`` steps (``(step index, rows)``) -> one GroupStat per (group, phase), and
+    one receive GroupStat per (rank, p2p phase) (:func:`argus.detectors.groupwide.receive_stats`);
+    a group row without members takes them from ``members`` (``"<kind>|<id>"``), or is left
+    out when they are unknown."""
     by: dict[tuple[str, str, str], tuple[tuple[int, ...], np.ndarray]] = {}
+    rx: dict[int, list[groupwide.ReceiveRow]] = {}
     for i, rs in rows:
-        for kind, gid, phase, members, t in rs:
+        for kind, gid, phase, mem, t in rs:
+            if kind.endswith(RX):
+                if t is not None:
+                    rank, stage, cnt = mem
+                    rx.setdefault(i, []).append(
+                        (kind[: -len(RX)], gid, phase, int(rank), int(stage), int(cnt), float(t))
+                    )
+                continue
             key = (kind, gid, phase)
             if key not in by:
-                by[key] = (tuple(int(r) for r in members), np.full(n, np.nan))
+                m = mem or members.get(f"{kind}|{gid}") or []
+                if not m:
+                    continue
+                by[key] = (tuple(int(r) for r in m), np.full(n, np.nan))
             if t is not None:
                 by[key][1][i] = t
     return [
-        groupwide.GroupStat(kind, gid, phase, members, groupwide.stage_of(gid), t)
-        for (kind, gid, phase), (members, t) in sorted(by.items())
-    ]
+        groupwide.GroupStat(kind, gid, phase, mem, groupwide.stage_of(gid), t)
+        for (kind, gid, phase), (mem, t) in sorted(by.items())
+    ] + groupwide.receive_stats(sorted(rx.items()), n)
