@@ -410,12 +410,16 @@ def detect_stats(
     waits |= {k for k, gs in classes.items() if gs[0].rank is None and k[:2] in rx}
     # --- hosts: slow in every informative class --------------------------------------------
     evidence: dict[str, list[tuple[GroupStat, _Verdict]]] = {}
+    touched: dict[str, list[tuple[str, str, int, int | None]]] = {}  # host -> its classes
+    for key, members in classes.items():
+        if key not in waits:
+            for hh in set().union(*(hosts_in[id(g)] for g in members if len(hosts_in[id(g)]) > 1)):
+                touched.setdefault(hh, []).append(key)
     for h in sorted({host(r) for g in inter for r in g.members}):
         ev: list[tuple[GroupStat, _Verdict]] = []
         failed = collective = False
-        for key, members in classes.items():
-            if key in waits:
-                continue
+        for key in touched.get(h, ()):
+            members = classes[key]
             mine, rest = _touching(members, h, hosts_in)
             if not mine or len(rest) < cfg.min_groups:
                 continue
