@@ -171,14 +171,14 @@ def read_range(
         except KafkaException as exc:
             raise ReplayError(f"{topic}: broker did not answer ({exc})") from exc
         if not parts:
-            from argus.topics import TOPICS
+            from argus.topics import TOPICS, most_alike
 
             suffix = next((f".{t.suffix}" for t in TOPICS if topic.endswith(f".{t.suffix}")), "")
             try:
                 listed = cons.list_topics(timeout=10).topics if suffix else {}
             except KafkaException:
                 listed = {}
-            alike = sorted(t for t in listed if t.endswith(suffix) and t != topic)
+            alike = most_alike(topic, (t for t in listed if t.endswith(suffix)))
             hint = f"; topics with that suffix: {', '.join(alike[:8])}" if alike else ""
             raise ReplayError(
                 f"prefix: topic {topic} does not exist (check --prefix / [topics] prefix){hint}"

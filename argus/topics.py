@@ -7,6 +7,8 @@ checks k8s against it).
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 __all__ = [
@@ -14,6 +16,7 @@ __all__ = [
     "TOPICS",
     "TOPIC_MAX_MESSAGE_BYTES",
     "TopicSpec",
+    "most_alike",
     "topic_name",
     "topic_specs",
 ]
@@ -122,3 +125,13 @@ def topic_name(suffix: str, prefix: str = "argus") -> str:
 def topic_specs(prefix: str = "argus") -> dict[str, TopicSpec]:
     """``{full topic name: spec}`` for a prefix."""
     return {topic_name(t.suffix, prefix): t for t in TOPICS}
+
+
+def most_alike(name: str, names: Iterable[str]) -> list[str]:
+    """``names`` without ``name``, the most alike ``name`` first (``difflib`` ratio, then
+    alphabetical): a "did you mean" hint that shows the likely topic however many others
+    (other jobs', other tests') the cluster holds."""
+    return sorted(
+        (n for n in set(names) if n != name),
+        key=lambda n: (-difflib.SequenceMatcher(None, name, n).ratio(), n),
+    )

@@ -146,10 +146,10 @@ def explain(
 ) -> str:
     """The sentence for an empty read of ``job`` on ``topic`` (see
     :func:`argus.drill.window.explain_empty`); scans the topic (30 s at most)."""
-    from argus.topics import TOPICS
+    from argus.topics import TOPICS, most_alike
 
     suffix = next((t.suffix for t in TOPICS if topic.endswith(f".{t.suffix}")), topic)
-    others = [t for t in topics_with_suffix(settings, suffix) if t != topic]
+    others = most_alike(topic, topics_with_suffix(settings, suffix))  # likeliest first
     if not topic_exists(settings, topic):
         return explain_empty(
             topic=topic, job=job, start_ns=start_ns, end_ns=end_ns, exists=False,
