@@ -950,23 +950,30 @@ def _valley_splits(
     inner[~splittable] = 1
     size = inner + 2 * pad
     goff = np.cumsum(size) - size  # first grid point of each segment
+    # Only segments that can hold a kept valley (_may_split: exact) get a grid in the flat
+    # array the density is computed on; the others' splits are empty whatever their density.
+    # Each kept segment's bins are those of the full layout (goff), moved in integers: the
+    # float arithmetic per event is the full layout's, so every kept segment's density,
+    # valleys and splits are too (zero pads of ``pad`` points keep segments apart either way).
+    keep = splittable & _may_split(xs, starts, counts, config)
+    kept = np.flatnonzero(keep)
+    if kept.size == 0:
+        return kept
+    goff_l = goff if fs is None else goff - goff[fs]  # relative to the block (a call on it)
+    n_k, size_k = counts[kept], size[kept]
+    goff_k = np.cumsum(size_k) - size_k  # first grid point of each kept segment, compact
     # grid point of each event: goff + pad + round(xc / step), as one product and one sum
     # (xc <= rng, so it never passes the segment's last inner point)
-    inv = 1.0 / step
-    inv[~splittable] = 0.0
-    t = xc  # reused in place: xc is not needed any more
-    t *= inv.repeat(counts)
-    if fs is None:
-        t += (goff + (pad + 0.5)).repeat(counts)
-        ti = t.astype(np.intp)
-    else:  # the block's grid from 0 (as a call on it alone), then shifted in integers
-        gbase = goff[fs]
-        t += ((goff - gbase) + (pad + 0.5)).repeat(counts)
-        ti = t.astype(np.intp)
-        ti += gbase.repeat(counts)
-    hist = np.bincount(ti, minlength=int(goff[-1] + size[-1]))
+    t = xc if kept.size == counts.size else xc[keep.repeat(counts)]
+    del xc
+    t *= (1.0 / step[kept]).repeat(n_k)
+    t += (goff_l[kept] + (pad + 0.5)).repeat(n_k)
+    ti = t.astype(np.intp)
+    del t
+    if kept.size != counts.size or fs is not None:
+        ti += (goff_k - goff_l[kept]).repeat(n_k)
+    hist = np.bincount(ti, minlength=int(goff_k[-1] + size_k[-1]))
     del ti
-    del t, xc
     dens = correlate1d(hist, taps, output=np.float64, mode="constant")  # taps symmetric
 
     # (5) valleys: local minima, a flat run counted at its right end: a grid point where the
@@ -977,11 +984,25 @@ def _valley_splits(
     cand = nz[(rising[1:] > rising[:-1]).nonzero()[0] + 1]  # grid points, >= 1
     if cand.size == 0:
         return cand
-    pos = hist.cumsum()[cand - 1]  # split index into xs: events in bins < cand go left
-    cg = goff.searchsorted(cand, side="right") - 1
-    deep = _deep_valleys(dens, cand, goff, config.valley_depth)
+    cg = goff_k.searchsorted(cand, side="right") - 1  # index into kept
+    pos = hist.cumsum()[cand - 1]  # events of kept segments in bins < cand go left
+    starts_k = starts[kept]
+    pos += (starts_k - (np.cumsum(n_k) - n_k))[cg]  # ... as an index into xs
+    deep = _deep_valleys(dens, cand, goff_k, config.valley_depth)
     return _filter_valleys(
-        cand, pos, cg, deep, xs, starts, ends, goff, rng, step, pad, splittable, config
+        cand,
+        pos,
+        cg,
+        deep,
+        xs,
+        starts_k,
+        ends[kept],
+        goff_k,
+        rng[kept],
+        step[kept],
+        pad,
+        splittable[kept],
+        config,
     )
 
 
