@@ -632,10 +632,11 @@ def _finding(
     win: _Window, kind: str, gid: str, ev: Sequence[tuple[GroupStat, _Verdict]]
 ) -> Finding:
     """One finding naming host or group ``gid`` from its slow groups ``ev`` (the strongest
-    gives the score, phase and durations)."""
+    gives the score, phase and durations; a collective before a receive link: it is what the
+    step pays, the receives only tell the host apart)."""
     job, steps, iter_ns, cfg, host = win.job, win.steps, win.iter_ns, win.cfg, win.host
     start_ns, end_ns = win.start_ns, win.end_ns
-    g0, v0 = max(ev, key=lambda gv: gv[1].z)
+    g0, v0 = max(ev, key=lambda gv: (gv[0].rank is None, gv[1].z))
     members = sorted({r for g, _ in ev for r in g.members if kind != "host" or host(r) == gid})
     phases = sorted({g.phase for g, _ in ev})
     return Finding(

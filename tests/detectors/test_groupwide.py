@@ -288,6 +288,9 @@ def test_a_nic_its_pipeline_hides_names_its_host_from_the_ranks_receives(
     first = int(slow[1:]) * 8
     assert json.loads(fs[0].evidence["members"]) == list(range(first, first + 8))
     assert any(g.startswith("pp:") for g in json.loads(fs[0].evidence["groups"]))
+    # the page shows what the step pays (its DP rings), the receives tell the host apart
+    assert fs[0].phase == "grads_reduce_scatter"
+    assert "pp_recv_fwd" in json.loads(fs[0].evidence["phases"])
 
 
 def test_a_nic_names_its_host_moe_layout_with_receives() -> None:
