@@ -107,8 +107,9 @@ def decode_log16(median_ns: np.ndarray, offsets: np.ndarray, levels: np.ndarray)
     j = median_index(lv)
     med = np.asarray(median_ns, dtype=np.float64).reshape(-1)
     k = np.asarray(offsets, dtype=np.float64).reshape(med.size, lv.size - 1)
-    rest = med[:, None] * np.exp(k / LOG16_STEPS_PER_UNIT)
-    out: np.ndarray = np.insert(rest, j, med, axis=1)
+    out = np.empty((med.size, lv.size))
+    out[:, _others(lv.size, j)] = med[:, None] * np.exp(k / LOG16_STEPS_PER_UNIT)
+    out[:, j] = med
     return out
 
 
