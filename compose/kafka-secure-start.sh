@@ -6,6 +6,11 @@
 # Super users: admin and User:CN=kafka (the broker itself); never User:ANONYMOUS.
 #   kafka-secure-start.sh          write the configuration, format once, exec the broker
 #   kafka-secure-start.sh config   only write the configuration (tests)
+# One node by default (docker-compose.secure.yml); a node of the three-broker secure cluster
+# (docker-compose.secure-cluster.yml) with NODE_ID, QUORUM_VOTERS (not the image's KAFKA_*
+# variables: the base file sets those for its PLAINTEXT broker), CONTROLLER_BIND (the
+# controllers reach each other on the Compose network; still mutual TLS, with the one broker
+# certificate, CN=kafka, SAN kafka, kafka-2, kafka-3) and REPLICATION=3 (min.insync.replicas 2).
 # Reads the Compose secrets in $SECRETS (/run/secrets): kafka_keystore, kafka_ca and
 # kafka_<user>_password for admin, collector, worker, ops, pagerduty. The admin password ends up
 # in $CONF/server.properties and admin.properties (mode 0600, container-private), as Kafka's
@@ -22,6 +27,11 @@ BROKER_HOST=${BROKER_HOST:-kafka}
 INTERNAL_PORT=${INTERNAL_PORT:-9092}
 EXTERNAL_PORT=${EXTERNAL_PORT:-19092}
 CONTROLLER_PORT=${CONTROLLER_PORT:-9093}
+NODE_ID=${NODE_ID:-1}
+VOTERS=${QUORUM_VOTERS:-1@127.0.0.1:$CONTROLLER_PORT}
+CONTROLLER_BIND=${CONTROLLER_BIND:-127.0.0.1}
+REPLICATION=${REPLICATION:-1}
+MIN_ISR=$(( REPLICATION > 1 ? 2 : 1 ))
 USERS="admin collector worker ops pagerduty"
 
 password() {
@@ -40,12 +50,13 @@ JAAS="org.apache.kafka.common.security.scram.ScramLoginModule required username=
 cat >"$CONF/server.properties" <<PROPS
 # written by compose/kafka-secure-start.sh
 process.roles=broker,controller
-node.id=1
-# the controller listener: loopback only, and mutual TLS (a client certificate signed by the
-# compose CA is required; only the broker holds one), so no local process administers it either
-controller.quorum.voters=1@127.0.0.1:$CONTROLLER_PORT
+node.id=$NODE_ID
+# the controller listener: loopback only (one node; the cluster's controllers on the Compose
+# network) and mutual TLS (a client certificate signed by the compose CA is required; only the
+# brokers hold one), so no other process administers it
+controller.quorum.voters=$VOTERS
 controller.listener.names=CONTROLLER
-listeners=INTERNAL://:$INTERNAL_PORT,EXTERNAL://:$EXTERNAL_PORT,CONTROLLER://127.0.0.1:$CONTROLLER_PORT
+listeners=INTERNAL://:$INTERNAL_PORT,EXTERNAL://:$EXTERNAL_PORT,CONTROLLER://$CONTROLLER_BIND:$CONTROLLER_PORT
 advertised.listeners=INTERNAL://$BROKER_HOST:$INTERNAL_PORT,EXTERNAL://$EXTERNAL_HOST:$EXTERNAL_PORT
 listener.security.protocol.map=INTERNAL:SASL_SSL,EXTERNAL:SASL_SSL,CONTROLLER:SSL
 inter.broker.listener.name=INTERNAL
@@ -64,9 +75,11 @@ allow.everyone.if.no.acl.found=false
 # admin: topics and ACLs; CN=kafka: the broker's own (mutual TLS) connection to its controller
 super.users=User:admin;User:CN=kafka
 log.dirs=$DATA
-offsets.topic.replication.factor=1
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
+default.replication.factor=$REPLICATION
+min.insync.replicas=$MIN_ISR
+offsets.topic.replication.factor=$REPLICATION
+transaction.state.log.replication.factor=$REPLICATION
+transaction.state.log.min.isr=$MIN_ISR
 group.initial.rebalance.delay.ms=0
 auto.create.topics.enable=false
 message.max.bytes=8388608

@@ -3,10 +3,11 @@
 #   compose/make-secrets.sh [DIR]        # DIR: $ARGUS_COMPOSE_SECRETS or .argus/compose-secrets
 # writes into DIR (mode 0700; inside .argus/, which git ignores):
 #   ca.pem                 the CA that signed the broker certificate (clients trust it)
-#   broker-keystore.pem    the broker's key + certificate + CA (Kafka PEM keystore), CN=kafka,
-#                          SAN kafka, localhost, 127.0.0.1 and $ARGUS_KAFKA_EXTERNAL_HOST when
-#                          set; server and client use (the broker presents it to its own
-#                          mutual-TLS controller listener)
+#   broker-keystore.pem    the brokers' key + certificate + CA (Kafka PEM keystore), CN=kafka,
+#                          SAN kafka, kafka-2, kafka-3 (the secure cluster's nodes share it),
+#                          localhost, 127.0.0.1 and $ARGUS_KAFKA_EXTERNAL_HOST when set; server
+#                          and client use (a broker presents it to the mutual-TLS controller
+#                          listeners)
 #   <user>.password        random SCRAM-SHA-512 passwords of admin, collector, worker, ops, pagerduty
 # The CA key is deleted after signing: to rotate, delete DIR and the kafka-secure-data volume.
 # Compose bind-mounts these files into containers that run as other uids (kafka 1000, argus
@@ -22,7 +23,7 @@ umask 077
 mkdir -p "$DIR"
 chmod 0700 "$DIR"
 cd "$DIR"
-SAN="DNS:kafka,DNS:localhost,IP:127.0.0.1"
+SAN="DNS:kafka,DNS:kafka-2,DNS:kafka-3,DNS:localhost,IP:127.0.0.1"
 if [ -n "${ARGUS_KAFKA_EXTERNAL_HOST:-}" ] && [ "$ARGUS_KAFKA_EXTERNAL_HOST" != localhost ]; then
     case "$ARGUS_KAFKA_EXTERNAL_HOST" in
         *[!0-9.]*) SAN="$SAN,DNS:$ARGUS_KAFKA_EXTERNAL_HOST" ;;

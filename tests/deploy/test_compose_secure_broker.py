@@ -76,9 +76,37 @@ class ComposeBroker:
         )
 
 
-@pytest.fixture(scope="module")
-def compose_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ComposeBroker]:
-    root = tmp_path_factory.mktemp("compose-broker")
+def run_secrets(made: Path, secrets: Path) -> Path:
+    """``secrets``: what Compose mounts at /run/secrets, from ``make-secrets.sh``'s ``made``."""
+    secrets.mkdir()
+    shutil.copy(made / "broker-keystore.pem", secrets / "kafka_keystore")
+    shutil.copy(made / "ca.pem", secrets / "kafka_ca")
+    for u in USERS:
+        shutil.copy(made / f"{u}.password", secrets / f"kafka_{u}_password")
+    return secrets
+
+
+def kafka_home(root: Path, libs: Path, java: str) -> Path:
+    """The image's launchers (``bin/kafka-storage.sh``, ``bin/kafka-server-start.sh``), as
+    two lines over the same Kafka classes from the cached jars."""
+    home = root / "kafka"
+    (home / "bin").mkdir(parents=True)
+    log4j = resources.files("argus.kafka").joinpath("log4j2.properties")
+    jvm = f'"{java}" -Dlog4j2.configurationFile={log4j} -Dkafka.logs.dir={root / "logs"}'
+    for name, main in (("kafka-storage.sh", "kafka.tools.StorageTool"),
+                       ("kafka-server-start.sh", "-Xmx384m -Xms384m kafka.Kafka")):  # fmt: skip
+        cls = main.split()[-1]
+        opts = " ".join(main.split()[:-1])
+        launcher = home / "bin" / name
+        launcher.write_text(f'#!/bin/sh\nexec {jvm} {opts} -cp "{libs}/*" {cls} "$@"\n')
+        launcher.chmod(0o755)
+    return home
+
+
+def prepare(root: Path) -> tuple[dict[str, str], Path, str, Path]:
+    """A clients' base environment under ``root``, the Kafka jars, java, and the Compose
+    secrets (as mounted at /run/secrets) made by ``make-secrets.sh``; skips without java or
+    the jars."""
     base = {k: v for k, v in os.environ.items() if not k.startswith("ARGUS_")}
     base |= {
         "ARGUS_STATE_DIR": str(root / "state"),
@@ -101,24 +129,14 @@ def compose_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Compose
         check=False,
     )
     assert out.returncode == 0, out.stderr
-    secrets = root / "run-secrets"  # what Compose mounts at /run/secrets
-    secrets.mkdir()
-    shutil.copy(made / "broker-keystore.pem", secrets / "kafka_keystore")
-    shutil.copy(made / "ca.pem", secrets / "kafka_ca")
-    for u in USERS:
-        shutil.copy(made / f"{u}.password", secrets / f"kafka_{u}_password")
-    # the image's launchers, as two lines over the same Kafka classes
-    home = root / "kafka"
-    (home / "bin").mkdir(parents=True)
-    log4j = resources.files("argus.kafka").joinpath("log4j2.properties")
-    jvm = f'"{java}" -Dlog4j2.configurationFile={log4j} -Dkafka.logs.dir={root / "logs"}'
-    for name, main in (("kafka-storage.sh", "kafka.tools.StorageTool"),
-                       ("kafka-server-start.sh", "-Xmx384m -Xms384m kafka.Kafka")):  # fmt: skip
-        cls = main.split()[-1]
-        opts = " ".join(main.split()[:-1])
-        launcher = home / "bin" / name
-        launcher.write_text(f'#!/bin/sh\nexec {jvm} {opts} -cp "{libs}/*" {cls} "$@"\n')
-        launcher.chmod(0o755)
+    return base, libs, java, run_secrets(made, root / "run-secrets")
+
+
+@pytest.fixture(scope="module")
+def compose_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ComposeBroker]:
+    root = tmp_path_factory.mktemp("compose-broker")
+    base, libs, java, secrets = prepare(root)
+    home = kafka_home(root, libs, java)
     internal, external, controller = _free_port(), _free_port(), _free_port()
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
