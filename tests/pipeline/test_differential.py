@@ -17,7 +17,8 @@ a record twice), and nothing may be in the DLQ (a late record is lost to its win
 * the alert triggers: dedup key, levels, the culprit's first and last seen event time, and
   the alert id (which hashes the funnel window that fired).
 
-In ``kill-steps`` and ``lag`` one rank's collector also dies mid-job (``Mode.stop``): its
+In ``kill-steps`` and ``lag`` one rank's collector also stops writing for a while mid-job
+(``Mode.stop``; it comes back before the end, so no step closes by the idle bound): its
 ``missing_rank`` (the silent-rank rule, docs/pipeline.md) must come out the same live,
 across the steps worker's restart and the catch-up, as offline.
 
@@ -84,22 +85,24 @@ class Mode:
     late_s: float = 0.0  # kernel-roles worker started this long after the job began
     broker_down_s: float = 0.0  # private broker stopped at step ``at`` for this long
     probe_lag: bool = False  # sample the raw backlog every 10 steps; it must grow
-    stop: tuple[int, int] | None = None  # (rank, step): its collector dies there, job goes on
+    # (rank, first, end): that rank's collector writes nothing for steps [first, end) (it
+    # hung, or died and was restarted); the job goes on
+    stop: tuple[int, int, int] | None = None
 
     def published(self, rec: dict[str, Any]) -> bool:
-        """Whether the job writes ``rec`` (a stopped rank writes nothing from its step on)."""
+        """Whether the job writes ``rec`` (a stopped rank writes nothing while stopped)."""
         if self.stop is None or rec["rank"] != self.stop[0]:
             return True
-        return int(rec.get("step", rec.get("window_id", 0))) < self.stop[1]
+        return not self.stop[1] <= int(rec.get("step", rec.get("window_id", 0))) < self.stop[2]
 
 
 MODES = {
     m.name: m
     for m in (
-        Mode("lag", steps=240, rate=20.0, probe_lag=True, stop=(5, 100)),
+        Mode("lag", steps=240, rate=20.0, probe_lag=True, stop=(5, 100, 180)),
         Mode("late-l3", late_s=60.0),
         Mode("kill-kernels", kill="kernels"),
-        Mode("kill-steps", kill="steps", stop=(5, 20)),
+        Mode("kill-steps", kill="steps", stop=(5, 20, 45)),
         Mode("broker", steps=120, at=30, broker_down_s=30.0),
     )
 }
