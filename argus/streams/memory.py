@@ -36,7 +36,7 @@ from argus.summaries.summary_record import batch_columns, summarize_batch, summa
 __all__ = ["EngineResult", "batch_summaries", "batches_summaries", "replay_stream", "run_engine"]
 
 _IDLE_ROUNDS = 100_000  # funnel idle periods at most, at the end of the input
-_CHUNK_EVENTS = 1 << 20  # kernel events per summarize_batches call (bounds its memory)
+_CHUNK_EVENTS = 1 << 16  # kernel events per summarize_batches call: its arrays stay in cache
 
 
 class _Topic:

@@ -8,7 +8,7 @@
   :func:`summarize_batches` (:class:`SummarizedBatches`) does the same for many records in
   one :func:`~argus.summaries.kde.summarize_blocks` call, each record's summary equal, bit
   for bit, to its own ``summarize_batch`` (which is the one-record case): the compressor
-  takes a poll's windows at once, ``argus diagnose`` and replay about 1 M events a call.
+  takes a poll's windows at once, ``argus diagnose`` and replay 65,536 events a call.
 * :func:`groups_from_summary` gives back ``{(kernel_id, stream): Summary}`` for the
   detectors, and :class:`KernelNames` accumulates the announced names on the consumer side.
 
