@@ -221,13 +221,15 @@ def receives(
     nic: float = 1.6,
     straggler: int | None = None,
     transfer_ms: float = 0.8,
+    sender_nic: bool = True,
 ) -> list[dict]:
     """Step records holding only the pipeline receives of a 1F1B schedule, one entry per
     micro-batch: forward receives (stages >= 1) post after the sender sent in most
     micro-batches (the entry is the transfer), backward receives (stages < last) wait for the
     later stages' compute in every one (5-30 ms, the transfer hidden in it). A transfer
-    through ``slow_host``'s NIC (either end) is ``nic`` x; ``straggler``: its pipeline's later
-    stages wait for it in every forward receive (40 ms)."""
+    through ``slow_host``'s NIC (either end; only the receiving one unless ``sender_nic``) is
+    ``nic`` x; ``straggler``: its pipeline's later stages wait for it in every forward receive
+    (40 ms)."""
     rng = np.random.default_rng([seed, 7])
     n = lay.world_size
     coords = [layout_coords(lay, r) for r in range(n)]
@@ -250,7 +252,7 @@ def receives(
             ):
                 if peer not in chain:
                     continue
-                slow = slow_host in (_host(r), _host(chain[peer]))
+                slow = slow_host == _host(r) or (sender_nic and slow_host == _host(chain[peer]))
                 for _m in range(MB):
                     w = wait()
                     if late is not None and chain is pipe[late] and name == "pp_recv_fwd":
@@ -357,3 +359,17 @@ def test_receive_rows_take_the_shortest_entry_of_a_phase() -> None:
         + [{"name": "mlp", "stream_kind": "compute", "start_ns": 0, "duration_ns": 5}],
     }
     assert groupwide.receive_rows([rec]) == [("pp", "all", "pp_recv_fwd", 1, 1, 3, 800_000.0)]
+
+
+@pytest.mark.parametrize("lay", [DENSE, MOE])
+def test_a_nic_seen_only_on_its_receives_names_its_host(lay: Layout) -> None:
+    # a workload (or transport) where the slow NIC lengthens only the receives on its own
+    # node: the next stage's receives from it look normal, which must not clear it
+    ops = DENSE_OPS if lay is DENSE else MOE_OPS
+    slow = "h20" if lay is DENSE else "h9"
+    fs = groupwide.detect(
+        _no_p2p(job(lay, ops, slow_host=slow, seed=6, p2p_nic=False)),
+        _hosts(lay),
+        records=receives(lay, slow_host=slow, seed=6, sender_nic=False),
+    )
+    assert _named(fs) == [("host", slow)]
