@@ -43,6 +43,7 @@ __all__ = [
     "batch_to_json",
     "detect_batches",
     "group_batches",
+    "join_blocks",
     "join_steps",
 ]
 
@@ -59,6 +60,8 @@ class Topology:
         self._gid: dict[tuple[Any, ...], dict[str, str]] = {}
         self._span: dict[tuple[Any, ...], tuple[int, int]] = {}
         self._kind: dict[tuple[str, str], str] = {}
+        self._layout: dict[tuple[tuple[str, str], ...], _Layout] = {}
+        self._layouts = 0
 
     def kind_of(self, name: str, stream_kind: str) -> str:
         k = self._kind.get((name, stream_kind))
@@ -79,6 +82,15 @@ class Topology:
             out = self._gid[key] = _Lazy(self.routing, coords)
         return out
 
+    def layout(self, phases: tuple[tuple[str, str], ...]) -> _Layout:
+        """The routing of one record's phase list ((name, stream kind), ...), once per list."""
+        lay = self._layout.get(phases)
+        if lay is None:
+            if len(self._layout) > 4096:
+                self._layout.clear()
+            lay = self._layout[phases] = _Layout(self, phases, len(self._layout))
+        return lay
+
     def span(self, coords: Mapping[str, Any], kind: str) -> tuple[int, int]:
         """:func:`argus.routing.group_span` of the group of ``kind`` holding ``coords``."""
         key = (kind, *coords.items())
@@ -88,6 +100,23 @@ class Topology:
                 self._span.clear()
             out = self._span[key] = group_span(coords, self.routing.varies(kind))
         return out
+
+
+class _Layout:
+    """One phase list's routing: its group kinds (first seen first), each phase's kind slot,
+    the (name, stream kind) pairs of each kind, and whether a name repeats."""
+
+    def __init__(self, topo: Topology, phases: tuple[tuple[str, str], ...], n: int) -> None:
+        topo._layouts += 1
+        self.id = topo._layouts
+        kinds = [topo.kind_of(name, sk) for name, sk in phases]
+        self.kinds = list(dict.fromkeys(kinds))
+        self.slot = [self.kinds.index(k) for k in kinds]
+        self.phases_of = [
+            [p for p, k in zip(phases, kinds, strict=True) if k == kk] for kk in self.kinds
+        ]
+        self.names = [name for name, _sk in phases]
+        self.repeats = len(set(self.names)) < len(self.names)
 
 
 class _Lazy(dict[str, str]):
@@ -205,7 +234,9 @@ def group_batches(
 
     The columnar form of :func:`argus.detectors.inputs.group_windows` (same values: phases of
     one name in one rank's step summed, compute phases on their self time), sorted by
-    (kind, shape); each batch's groups by id.
+    (kind, shape); each batch's groups by id. Records of one phase layout and one coords
+    share their routing (computed once); a rank's step seen twice, or a phase name twice in
+    one record, takes the general path (cells summed one at a time).
 
     Raises
     ------
@@ -214,10 +245,83 @@ def group_batches(
     """
     from argus.detectors.inputs import nested_waits
 
+    recs = records if isinstance(records, list) else list(records)
     gidx: dict[tuple[str, str], int] = {}
     g_coords: list[Mapping[str, Any]] = []
     g_span: list[list[int]] = []
-    cells: dict[tuple[int, int, int, str], float] = {}
+    cols: tuple[list[int], list[int], list[int], list[str], list[float]] = ([], [], [], [], [])
+    e_g, e_r, e_s, e_p, e_v = cols
+    iters: dict[tuple[int, int, int], float] = {}
+    phase_kind: dict[tuple[int, str], str] = {}
+    kinds_seen: set[tuple[int, int]] = set()  # (group, layout) whose phase kinds are noted
+    done: set[tuple[int, int]] = set()
+    for rec in recs:
+        rk, st = int(rec["rank"]), int(rec["step"])
+        a, b = int(rec["start_ns"]), int(rec["end_ns"])
+        coords = rec.get("coords") or {}
+        gids = topo.gids(coords)
+        phases = rec["phases"]
+        lay = topo.layout(tuple((ph["name"], ph.get("stream_kind", "compute")) for ph in phases))
+        if lay.repeats:
+            return _group_batches(recs, topo, job=job, self_time=self_time)
+        dist = []
+        for j, kind in enumerate(lay.kinds):
+            key = (kind, gids[kind])
+            gi = gidx.get(key)
+            if gi is None:
+                gi = gidx[key] = len(g_coords)
+                g_coords.append(coords)
+                g_span.append([a, b])
+            dist.append(gi)
+            if (gi, lay.id) not in kinds_seen:
+                kinds_seen.add((gi, lay.id))
+                for name, sk in lay.phases_of[j]:
+                    if (gi, name) not in phase_kind:
+                        phase_kind[(gi, name)] = sk
+        gis = [dist[j] for j in lay.slot]
+        names = lay.names
+        if (rk, st) in done:
+            return _group_batches(recs, topo, job=job, self_time=self_time)
+        done.add((rk, st))
+        durs = [ph.get("duration_ns") for ph in phases]
+        if any(d is None or d < 0 for d in durs):
+            return _group_batches(recs, topo, job=job, self_time=self_time)  # it raises
+        nested = nested_waits(phases) if self_time else {}
+        e_g.extend(gis)
+        e_r.extend([rk] * len(gis))
+        e_s.extend([st] * len(gis))
+        e_p.extend(names)
+        if nested:  # (0.0 + dur) - nested, as group_windows sums
+            e_v.extend(
+                [float(d) - nested.get(id(ph), 0.0) for d, ph in zip(durs, phases, strict=True)]
+            )
+        else:
+            e_v.extend([float(d) for d in durs])
+        it = float(b - a)
+        for gi in dist:
+            iters[(gi, rk, st)] = it
+            sp = g_span[gi]
+            if a < sp[0]:
+                sp[0] = a
+            if b > sp[1]:
+                sp[1] = b
+    if not e_v:
+        return []
+    return _assemble(job, gidx, g_coords, g_span, cols, iters, phase_kind)
+
+
+def _group_batches(
+    records: Iterable[Mapping[str, Any]], topo: Topology, *, job: str, self_time: bool = True
+) -> list[GroupBatch]:
+    """:func:`group_batches` in general: every cell summed one at a time."""
+    from argus.detectors.inputs import nested_waits
+
+    gidx: dict[tuple[str, str], int] = {}
+    g_coords: list[Mapping[str, Any]] = []
+    g_span: list[list[int]] = []
+    cells: dict[tuple[int, int, int, str], int] = {}  # -> entry
+    cols: tuple[list[int], list[int], list[int], list[str], list[float]] = ([], [], [], [], [])
+    e_g, e_r, e_s, e_p, e_v = cols
     iters: dict[tuple[int, int, int], float] = {}
     phase_kind: dict[tuple[int, str], str] = {}
     kind_of = topo.kind_of
@@ -244,7 +348,16 @@ def group_batches(
                     f"duration_ns {dur!r}; must be >= 0"
                 )
             ck = (gi, rk, st, name)
-            cells[ck] = cells.get(ck, 0.0) + float(dur) - nested.get(id(ph), 0.0)
+            at = cells.get(ck)
+            if at is None:  # as group_windows: (0.0 + dur) - nested, then (sum + dur) - nested
+                cells[ck] = len(e_v)
+                e_g.append(gi)
+                e_r.append(rk)
+                e_s.append(st)
+                e_p.append(name)
+                e_v.append(0.0 + float(dur) - nested.get(id(ph), 0.0))
+            else:
+                e_v[at] = e_v[at] + float(dur) - nested.get(id(ph), 0.0)
             if (gi, name) not in phase_kind:
                 phase_kind[(gi, name)] = sk
             if gi not in seen:
@@ -255,9 +368,9 @@ def group_batches(
                     sp[0] = a
                 if b > sp[1]:
                     sp[1] = b
-    if not cells:
+    if not e_v:
         return []
-    return _assemble(job, gidx, g_coords, g_span, cells, iters, phase_kind)
+    return _assemble(job, gidx, g_coords, g_span, cols, iters, phase_kind)
 
 
 def _assemble(
@@ -265,32 +378,39 @@ def _assemble(
     gidx: dict[tuple[str, str], int],
     g_coords: list[Mapping[str, Any]],
     g_span: list[list[int]],
-    cells: dict[tuple[int, int, int, str], float],
+    cols: tuple[list[int], list[int], list[int], list[str], list[float]],
     iters: dict[tuple[int, int, int], float],
     phase_kind: dict[tuple[int, str], str],
 ) -> list[GroupBatch]:
     """The arrays of :func:`group_batches` from its cells (numpy, no loop over cells)."""
-    names = sorted({k[3] for k in cells})
+    uniq, ph = np.unique(np.array(cols[3]), return_inverse=True)
+    names: list[str] = uniq.tolist()
     name_id = {n: i for i, n in enumerate(names)}
-    keys = list(cells)
-    e = np.array([(k[0], k[1], k[2], name_id[k[3]]) for k in keys], dtype=np.int64)
-    val = np.fromiter(cells.values(), dtype=np.float64, count=len(keys))
-    g, rk, st, ph = e[:, 0], e[:, 1], e[:, 2], e[:, 3]
+    g = np.array(cols[0], dtype=np.int64)
+    rk = np.array(cols[1], dtype=np.int64)
+    st = np.array(cols[2], dtype=np.int64)
+    ph = ph.astype(np.int64).ravel()
+    val = np.array(cols[4], dtype=np.float64)
     n_g = len(g_coords)
-    r_pos, r_n, r_vals, r_u, r_first = _positions(g, rk, n_g)
+    r_pos, r_n, _r_vals, r_u, r_first = _positions(g, rk, n_g)
     s_pos, _s_n, s_vals, _u, _f = _positions(g, st, n_g)
     p_pos, _p_n, p_vals, _u, _f = _positions(g, ph, n_g)
-    # each group's signature: its kind, its shape and its phases
+    # each group's signature: its kind, its shape and its phases (their stream kinds as
+    # phase_kind has them, in the same name order as p_vals)
+    sk_names = sorted(set(phase_kind.values()))
+    sk_id = {k: i for i, k in enumerate(sk_names)}
+    pk = np.array([(gi, name_id[n], sk_id[k]) for (gi, n), k in phase_kind.items()], dtype=np.int64)
+    pk = pk[np.lexsort((pk[:, 1], pk[:, 0]))]
+    sk_cut = np.searchsorted(pk[:, 0], np.arange(n_g + 1)).tolist()
+    sk_col = pk[:, 2]
     groups: dict[tuple[Any, ...], list[int]] = {}
-    by_key = sorted(gidx.items())  # (kind, gid) order
-    for (kind, _gid), gi in by_key:
-        phs = tuple(names[int(x)] for x in p_vals[gi])
+    for (kind, _gid), gi in sorted(gidx.items()):  # (kind, gid) order
         sig = (
             kind,
             int(r_n[gi]),
             s_vals[gi].tobytes(),
-            phs,
-            tuple(phase_kind[(gi, p)] for p in phs),
+            p_vals[gi].tobytes(),
+            sk_col[sk_cut[gi] : sk_cut[gi + 1]].tobytes(),
         )
         groups.setdefault(sig, []).append(gi)
     # slot of each group inside its batch
@@ -306,34 +426,39 @@ def _assemble(
     ie = np.array(ik, dtype=np.int64).reshape(-1, 3)
     iv = np.fromiter(iters.values(), dtype=np.float64, count=len(ik))
     gid_of = {gi: gid for (_k, gid), gi in gidx.items()}
+    spans = np.array(g_span, dtype=np.int64).reshape(-1, 2)
+    r_low = r_u & 0xFFFFFFFF
     out: list[GroupBatch] = []
     for bi, sig in enumerate(sigs):
-        kind, r, _s, phs, sks = sig
+        kind, r = sig[0], sig[1]
         members = groups[sig]
-        steps = s_vals[members[0]]
+        m = np.asarray(members, dtype=np.int64)
+        g0 = members[0]
+        steps = s_vals[g0]
+        phs = tuple(names[x] for x in p_vals[g0].tolist())
+        sks = tuple(sk_names[x] for x in sk_col[sk_cut[g0] : sk_cut[g0 + 1]].tolist())
         s, p = steps.size, len(phs)
-        d = np.full((len(members), r, s, p), np.nan)
+        d = np.full((m.size, r, s, p), np.nan)
         sel = eb == bi
         d[slot[g[sel]], r_pos[sel], s_pos[sel], p_pos[sel]] = val[sel]
-        it = np.full((len(members), r, s), np.nan)
+        it = np.full((m.size, r, s), np.nan)
         isel = batch_of[ie[:, 0]] == bi
         ig = ie[isel, 0]
         ir = np.searchsorted(r_u, (ig << 32) | ie[isel, 1]) - r_first[ig]
         it[slot[ig], ir, np.searchsorted(steps, ie[isel, 2])] = iv[isel]
-        span = np.array([g_span[gi] for gi in members], dtype=np.int64).reshape(-1, 2)
         out.append(
             GroupBatch(
                 job=job,
                 group_kind=kind,
                 group_ids=tuple(gid_of[gi] for gi in members),
-                ranks=np.stack([r_vals[gi] for gi in members]),
+                ranks=r_low[r_first[m][:, None] + np.arange(r)[None, :]],
                 steps=steps,
                 phases=phs,
                 stream_kinds=sks,
                 durations_ns=d,
                 iter_ns=it,
-                start_ns=span[:, 0],
-                end_ns=span[:, 1],
+                start_ns=spans[m, 0],
+                end_ns=spans[m, 1],
                 coords=tuple(g_coords[gi] for gi in members),
             )
         )
@@ -386,6 +511,60 @@ def join_steps(per_step: Sequence[Sequence[GroupBatch]]) -> list[GroupBatch] | N
                 start_ns=np.min([b.start_ns for b in parts], axis=0),
                 end_ns=np.max([b.end_ns for b in parts], axis=0),
                 coords=b0.coords,
+            )
+        )
+    return out
+
+
+def join_blocks(parts: Sequence[GroupBatch]) -> list[GroupBatch] | None:
+    """One step's batches from several rank blocks joined per group: a group's parts (same
+    steps and phases, disjoint ranks) concatenated along ranks, sorted by rank, as
+    :func:`argus.detectors.inputs.merge_group_windows` joins them; the groups whose parts lie
+    in the same batches are joined in one go. None when a group's parts differ in steps or
+    phases, or share a rank (the caller then merges windows in general)."""
+    where: dict[tuple[str, str], list[tuple[int, int]]] = {}
+    for bi, b in enumerate(parts):
+        for row, gid in enumerate(b.group_ids):
+            where.setdefault((b.group_kind, gid), []).append((bi, row))
+    pats: dict[tuple[int, ...], list[tuple[str, list[int]]]] = {}
+    for (_kind, gid), locs in where.items():
+        pats.setdefault(tuple(bi for bi, _ in locs), []).append((gid, [r for _, r in locs]))
+    out: list[GroupBatch] = []
+    for pat, items in pats.items():
+        bs = [parts[bi] for bi in pat]
+        b0 = bs[0]
+        if any(
+            b.phases != b0.phases
+            or b.stream_kinds != b0.stream_kinds
+            or not np.array_equal(b.steps, b0.steps)
+            for b in bs[1:]
+        ):
+            return None
+        items.sort(key=lambda x: x[0])
+        rows = np.array([r for _, r in items], dtype=np.int64)  # (G, parts)
+        if len(pat) == 1:
+            out.append(b0.take(rows[:, 0]))
+            continue
+        ranks = np.concatenate([b.ranks[rows[:, j]] for j, b in enumerate(bs)], axis=1)
+        order = np.argsort(ranks, axis=1, kind="stable")
+        ranks = np.take_along_axis(ranks, order, axis=1)
+        if (np.diff(ranks, axis=1) <= 0).any():
+            return None
+        d = np.concatenate([b.durations_ns[rows[:, j]] for j, b in enumerate(bs)], axis=1)
+        it = np.concatenate([b.iter_ns[rows[:, j]] for j, b in enumerate(bs)], axis=1)
+        out.append(
+            GroupBatch(
+                job=b0.job,
+                group_kind=b0.group_kind,
+                group_ids=tuple(gid for gid, _ in items),
+                ranks=ranks,
+                steps=b0.steps,
+                phases=b0.phases,
+                stream_kinds=b0.stream_kinds,
+                durations_ns=np.take_along_axis(d, order[:, :, None, None], axis=1),
+                iter_ns=np.take_along_axis(it, order[:, :, None], axis=1),
+                start_ns=np.min([b.start_ns[rows[:, j]] for j, b in enumerate(bs)], axis=0),
+                end_ns=np.max([b.end_ns[rows[:, j]] for j, b in enumerate(bs)], axis=0),
             )
         )
     return out

@@ -14,6 +14,7 @@ from argus.detectors.columnar import (
     batch_to_json,
     detect_batches,
     group_batches,
+    join_blocks,
     join_steps,
 )
 from argus.detectors.config import L2Config
@@ -87,3 +88,20 @@ def test_a_group_changing_shape_is_not_joined() -> None:
     a = group_batches([r for r in recs if r["step"] == 0], topo, job=job)
     b = group_batches([r for r in recs if r["step"] == 1 and r["rank"] != 2], topo, job=job)
     assert join_steps([a, b]) is None
+
+
+def test_blocks_joined_equal_merged_windows() -> None:
+    recs = [r for r in _steps("compute-straggler", 64, 2) if r["step"] == 1]
+    job = recs[0]["job"]
+    topo = Topology(Routing.default())
+    blocks = [[r for r in recs if r["rank"] // 16 == b] for b in range(4)]
+    parts = [b for blk in blocks for b in group_batches(blk, topo, job=job)]
+    joined = join_blocks(parts)
+    assert joined is not None
+    _assert_same(_windows(joined), group_windows(recs, job=job))
+    _assert_same(
+        _windows(joined),
+        merge_group_windows(w for blk in blocks for w in group_windows(blk, job=job)),
+    )
+    parts[1] = parts[1].take([0])  # a block's groups missing: still each group's parts joined
+    assert join_blocks(parts + parts[:1]) is None  # one part twice: shares its ranks

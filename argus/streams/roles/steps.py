@@ -46,6 +46,7 @@ from argus.detectors.columnar import (
     batch_to_json,
     detect_batches,
     group_batches,
+    join_blocks,
     join_steps,
 )
 from argus.detectors.findings import Finding
@@ -75,7 +76,6 @@ from argus.streams.step_digest import (
     block_size,
     blocks_in,
     window_from_json,
-    window_to_json,
 )
 
 __all__ = ["JobSteps", "StepBlocks", "collector_metrics", "missing_finding", "route_step"]
@@ -87,6 +87,23 @@ _CACHED_KEYS = 256  # jobs or blocks whose per-step L2 group windows stay in mem
 
 def _world(coords: Mapping[str, Any]) -> int:
     return math.prod(int(coords.get(f"{d}_size", 1)) for d in DIMS)
+
+
+_PLACES: dict[tuple[Any, ...], tuple[int, int]] = {}  # coords' items -> (world, position)
+
+
+def _place(coords: Mapping[str, Any]) -> tuple[int, int]:
+    """``(world, layout position)`` of ``coords``: a lookup table filled once per rank."""
+    try:
+        key = tuple(coords.items())
+        out = _PLACES.get(key)
+    except TypeError:  # unhashable values: rank_of names the bad one
+        return _world(coords), rank_of(coords)
+    if out is None:
+        if len(_PLACES) > 1 << 20:
+            _PLACES.clear()
+        out = _PLACES[key] = (_world(coords), rank_of(coords))
+    return out
 
 
 def missing_finding(
@@ -218,62 +235,83 @@ class _Tier:
 
 
 class _L2Steps:
-    """L2 over a sliding window of closed steps whose group windows sit in a table.
+    """L2 over a sliding window of closed steps whose group windows sit in a table, as
+    columnar batches (:mod:`argus.detectors.columnar`).
 
     ``h["recent"]`` lists ``(step, [block, ...])`` of the closed steps; the windows of a
-    step are under ``<job>|<step>|b<block>`` (lists of :func:`window_to_json`), joined once
-    per step into a cache (rebuilt from the table after a restart) and over the last
-    ``l2_window_steps`` steps for :func:`argus.detectors.l2.detect`.
+    step are under ``<job>|<step>|b<block>`` (lists of
+    :func:`~argus.detectors.columnar.batch_to_json`; the per-group :func:`window_to_json` of a
+    worker before batches are read too), joined across blocks once per step into a cache
+    (rebuilt from the table after a restart), then over the last ``l2_window_steps`` steps by
+    concatenation, and judged one vectorised screen per batch
+    (:func:`~argus.detectors.columnar.detect_batches`). Where a group changed shape (a rank
+    missing in a step, phases that differ) the window's groups are merged one by one
+    (:func:`argus.detectors.inputs.merge_group_windows`): the same findings either way.
     """
 
     def __init__(self, ctx: RoleContext, table: str) -> None:
         self.ctx = ctx
         self.width = ctx.pcfg.l2_window_steps
         self.table = ctx.table(table)
-        # key -> step -> that step's joined windows, for the most recently active keys
-        self.cache: OrderedDict[str, dict[int, list[GroupWindow]]] = OrderedDict()
+        # key -> step -> that step's joined batches, for the most recently active keys
+        self.cache: OrderedDict[str, dict[int, list[GroupBatch]]] = OrderedDict()
 
     def store(
         self,
         job: str,
         step: int,
         blk: int,
-        windows_json: list[dict[str, Any]],
+        entries: list[dict[str, Any]],
         *,
-        whole: tuple[str, list[GroupWindow]] | None = None,
+        whole: tuple[str, list[GroupBatch]] | None = None,
     ) -> None:
-        """Keep a block's windows of ``step``; ``whole=(key, windows)`` when they are all the
-        step has under ``key`` (one block): cached as they are, not decoded again."""
-        if windows_json:
-            self.table[f"{job}|{step}|b{blk}"] = windows_json
+        """Keep a block's windows of ``step`` (JSON); ``whole=(key, batches)`` when they are
+        all the step has under ``key`` (one block): cached as they are, not decoded again."""
+        if entries:
+            self.table[f"{job}|{step}|b{blk}"] = entries
         if whole is not None:
             self.cache.setdefault(whole[0], {})[step] = whole[1]
 
-    def joined(self, key: str, job: str, step: int, blocks: Sequence[int]) -> list[GroupWindow]:
-        """The windows of ``step`` joined across ``blocks``: once per step, again only after
+    def joined(self, key: str, job: str, step: int, blocks: Sequence[int]) -> list[GroupBatch]:
+        """The batches of ``step`` joined across ``blocks``: once per step, again only after
         a restart (or once the key left the cache)."""
         cache = self.cache.setdefault(key, {})
         cached = cache.get(step)
         if cached is None:
-            cached = cache[step] = merge_group_windows(
-                window_from_json(job, g)
+            parts = [
+                batch_from_json(job, g)
+                if isinstance(g.get("gs"), list)
+                else _one_group(window_from_json(job, g))
                 for blk in blocks
                 for g in self.table.get(f"{job}|{step}|b{blk}") or ()
-            )
+            ]
+            joined = join_blocks(parts)
+            if joined is None:  # not of one shape per group: the general join
+                wins = merge_group_windows(w for b in parts for w in b.windows())
+                joined = [_one_group(w) for w in wins]
+            cached = cache[step] = joined
         return cached
 
     def run(self, key: str, job: str, h: BlockHistory) -> list[Finding]:
         _trim(self, key, job, h)
         t0 = time.perf_counter()
-        parts: list[GroupWindow] = []
-        for step, blocks in h["recent"]:
-            parts += self.joined(key, job, step, blocks)
-        out = detect_many(merge_group_windows(parts), self.ctx.detectors.l2)
+        per_step = [self.joined(key, job, step, blocks) for step, blocks in h["recent"]]
+        batches = join_steps(per_step)
+        if batches is not None:
+            out = detect_batches(batches, self.ctx.detectors.l2)
+        else:  # a group changed shape inside the window: merge its windows in general
+            wins = [w for bs in per_step for b in bs for w in b.windows()]
+            out = detect_many(merge_group_windows(wins), self.ctx.detectors.l2)
         metrics.DETECT_S.labels("L2").observe(time.perf_counter() - t0)
         return out
 
 
-def _trim(l2s: _L2Steps | _L2Blocks, key: str, job: str, h: BlockHistory) -> None:
+def _windows_of(batches: Sequence[GroupBatch]) -> list[GroupWindow]:
+    """The batches' groups as windows, in (kind, id) order."""
+    return sorted((w for b in batches for w in b.windows()), key=_group_key)
+
+
+def _trim(l2s: _L2Steps, key: str, job: str, h: BlockHistory) -> None:
     """Keep the last ``width`` steps of ``h["recent"]`` (one entry per step, in step order)
     and drop the older steps' windows from the table and the cache."""
     # one entry per step, in step order: a restart may close a step again (the history
@@ -291,55 +329,6 @@ def _trim(l2s: _L2Steps | _L2Blocks, key: str, job: str, h: BlockHistory) -> Non
             if l2s.table.get(k) is not None:
                 del l2s.table[k]
     h["recent"] = h["recent"][-l2s.width :]
-
-
-class _L2Blocks:
-    """The block tier's L2: its own groups' windows kept per step as columnar batches
-    (:mod:`argus.detectors.columnar`), joined over the last ``l2_window_steps`` steps by
-    concatenation and judged one vectorised screen per batch.
-
-    The table ``steps-block-windows`` holds ``<job>|<step>|b<block>`` -> a list of
-    :func:`~argus.detectors.columnar.batch_to_json` (entries of a worker before batches, lists
-    of :func:`window_to_json`, are read too).
-    """
-
-    def __init__(self, ctx: RoleContext, table: str) -> None:
-        self.ctx = ctx
-        self.width = ctx.pcfg.l2_window_steps
-        self.table = ctx.table(table)
-        self.cache: OrderedDict[str, dict[int, list[GroupBatch]]] = OrderedDict()
-
-    def store(self, key: str, job: str, step: int, blk: int, batches: list[GroupBatch]) -> None:
-        if batches:
-            self.table[f"{job}|{step}|b{blk}"] = [batch_to_json(b) for b in batches]
-        self.cache.setdefault(key, {})[step] = batches
-
-    def joined(self, key: str, job: str, step: int, blocks: Sequence[int]) -> list[GroupBatch]:
-        """The batches of ``step`` (from the table after a restart)."""
-        cache = self.cache.setdefault(key, {})
-        cached = cache.get(step)
-        if cached is None:
-            cached = cache[step] = [
-                batch_from_json(job, g)
-                if isinstance(g.get("gs"), list)
-                else _one_group(window_from_json(job, g))
-                for blk in blocks
-                for g in self.table.get(f"{job}|{step}|b{blk}") or ()
-            ]
-        return cached
-
-    def run(self, key: str, job: str, h: BlockHistory) -> list[Finding]:
-        _trim(self, key, job, h)
-        t0 = time.perf_counter()
-        per_step = [self.joined(key, job, step, blocks) for step, blocks in h["recent"]]
-        batches = join_steps(per_step)
-        if batches is not None:
-            out = detect_batches(batches, self.ctx.detectors.l2)
-        else:  # a group changed shape inside the window: merge its windows in general
-            wins = [w for bs in per_step for b in bs for w in b.windows()]
-            out = detect_many(merge_group_windows(wins), self.ctx.detectors.l2)
-        metrics.DETECT_S.labels("L2").observe(time.perf_counter() - t0)
-        return out
 
 
 def _one_group(w: GroupWindow) -> GroupBatch:
@@ -383,7 +372,7 @@ class StepBlocks(_Tier):
         self.cells = ctx.table("steps-cells")
         self.hist = ctx.table("steps-block-history")
         self.topo = Topology(self.routing)  # coords -> group ids and spans, once per rank
-        self.l2 = _L2Blocks(ctx, "steps-block-windows")
+        self.l2 = _L2Steps(ctx, "steps-block-windows")
         self.out = ctx.internal_topic("steps-by-job")
 
     def new(self, key: str) -> BlockState:
@@ -461,7 +450,7 @@ class StepBlocks(_Tier):
             if "l2" in self.levels:
                 recs = self._records(job, c.step, c.ranks)
                 own_b: list[GroupBatch] = []
-                spanning: list[GroupWindow] = []
+                up: list[dict[str, Any]] = []  # the spanning groups, for the job tier
                 for b in group_batches(recs, self.topo, job=job):
                     mine = [
                         i
@@ -474,10 +463,11 @@ class StepBlocks(_Tier):
                     if mine:
                         own_b.append(b.take(mine))
                     rest = sorted(set(range(len(b.group_ids))) - set(mine))
-                    spanning += b.take(rest).windows()
-                up = [window_to_json(w) for w in sorted(spanning, key=_group_key)]
-                own = sorted((w for b in own_b for w in b.windows()), key=_group_key)
-                self.l2.store(key, job, c.step, blk, own_b)
+                    up.append(batch_to_json(b.take(rest)))
+                own = _windows_of(own_b)
+                self.l2.store(
+                    job, c.step, blk, [batch_to_json(b) for b in own_b], whole=(key, own_b)
+                )
                 digest["transfer"] = transfer_rows(  # the job tier compares all groups
                     own, recs, members=not st.get("hosts_sent") or c.step % _HOSTS_EVERY == 0
                 )
@@ -637,7 +627,7 @@ class JobSteps(_Tier):
                 found += self._l1(job, h)
             if "l2" in self.levels:
                 found += self.l2.run(job, job, h)
-                joined = self.l2.joined(job, job, c.step, list(c.ranks))
+                joined = _windows_of(self.l2.joined(job, job, c.step, list(c.ranks)))
                 self.transfer.keep(job, c.step, "job", transfer_rows(joined))
                 found += self.transfer.closed(
                     job, c.step, agg["iter_ns"], (a, b), blocks_in(world, self.block_ranks)
@@ -690,12 +680,13 @@ def route_step(
 
     The block is that of the rank's layout position (:func:`argus.routing.rank_of`
     of its coords), so a block holds whole groups whatever the job's rank numbering."""
+    world, pos = _place(rec["coords"])
     item = StepItem(
         rank=rec["rank"],
         step=rec["step"],
         start_ns=rec["start_ns"],
         end_ns=rec["end_ns"],
-        world=_world(rec["coords"]),
+        world=world,
         coords=rec["coords"],
         phases=[
             (
@@ -711,4 +702,4 @@ def route_step(
     )
     if rec.get("host"):
         item["host"] = str(rec["host"])
-    return [(block_key(rec["job"], block_of(rank_of(rec["coords"]), block_ranks)), item)]
+    return [(block_key(rec["job"], block_of(pos, block_ranks)), item)]
