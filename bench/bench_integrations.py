@@ -109,6 +109,12 @@ def summarize_blocks(blocks: list[dict[str, Any]], cycle: int) -> dict[str, Any]
     summ["all"]["cpu_slower"] = {"n": len(cpu), "median_ci": median_ci(cpu)}
     for m in ("off", "all"):
         summ[f"step_s_{m}"] = statistics.median(b["step_s"] for b in blocks if b["mode"] == m)
+    # what the A/B leaves out: collectors running with channels off (control consumer,
+    # Kafka client, hooks that find the channels off); an upper bound, since an off block
+    # also holds delivery work spilled from the on block before it
+    summ["off_accounted"] = statistics.median(
+        b["accounted_s"] / b["cpu_per_step_s"] for b in blocks if b["mode"] == "off"
+    )
     return summ
 
 
@@ -118,7 +124,10 @@ def print_blocks_summary(summ: dict[str, Any]) -> None:
         f"on {1e3 * summ['step_s_all']:.1f} ms"
     )
     print_summary(summ)
-    print(f"  CPU per step, on vs off (both ranks): {_pct(summ['all']['cpu_slower']['median_ci'])}")
+    print(
+        f"  CPU per step, on vs off (both ranks): {_pct(summ['all']['cpu_slower']['median_ci'])}; "
+        f"collectors' CPU in off blocks (median): {100 * summ['off_accounted']:.2f}%"
+    )
 
 
 def load() -> list[str]:
@@ -126,7 +135,11 @@ def load() -> list[str]:
 
 
 def run_example(
-    module: str, sched: list[tuple[str, int]], period: int, env: dict[str, str]
+    module: str,
+    sched: list[tuple[str, int]],
+    period: int,
+    env: dict[str, str],
+    extra: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """One job of ``module`` with the block schedule; rank 0's summary plus every rank's blocks."""
     out = Path(tempfile.mkdtemp(prefix="argus-bench-int-")) / "s.json"
@@ -134,6 +147,7 @@ def run_example(
         *(sys.executable, "-m", module, "--out", str(out)),
         *("--schedule", ",".join(f"{m}:{n}" for m, n in sched)),
         *("--kernels-period-steps", str(period), "--job", f"bench-{uuid.uuid4().hex[:6]}"),
+        *extra,
     ]
     r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=3600)
     if r.returncode != 0:
@@ -152,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--period", type=int, default=50, help="kernel window every N steps")
     ap.add_argument("--only", default=None, help="comma-separated example modules")
+    ap.add_argument("--example-args", default="", help="more options for the example(s)")
     ap.add_argument("--json", default=None, help="write all figures here")
     ap.add_argument("--resummarize", default=None, help="recompute from this --json file")
     args = ap.parse_args(argv)
@@ -179,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
             f"(cycle {cyc} on blocks), load {load0} at {t0} UTC ...",
             flush=True,
         )
-        res = run_example(module, sched, args.period, env)
+        res = run_example(module, sched, args.period, env, tuple(args.example_args.split()))
         blocks = block_metrics(res)
         summ = summarize_blocks(blocks, cyc)
         row = {
