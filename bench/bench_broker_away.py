@@ -336,6 +336,19 @@ def _row(r: int, name: str, off: dict[str, Any], away: dict[str, Any], a: Any) -
         "off_exit_s": off["exit_s"],
         "rc": [off["rc"], away["rc"]],
     }
+    # within the away run, side by side in time (load-proof): the steps a delivery-thread
+    # drain overlapped against the others
+    drained = [i for i, w in enumerate(away["what"]) if w.get("drain", 0) > 0]
+    rest = [i for i, w in enumerate(away["what"]) if not w.get("drain", 0)]
+    for label, idx in (("drain", drained), ("no_drain", rest)):
+        for k, key in (("wall", "steps_ms"), ("cpu", "cpu_ms")):
+            vals = [away[key][i] for i in idx] or [0.0]
+            row[f"{label}_{k}_p50_p99_max_ms"] = [
+                round(_pct(vals, 0.5), 3),
+                round(_pct(vals, 0.99), 3),
+                round(max(vals), 3),
+            ]
+    row["drain_steps"] = len(drained)
     order = sorted(range(len(away["steps_ms"])), key=lambda i: away["steps_ms"][i])
     by_cpu = sorted(range(len(away["cpu_ms"])), key=lambda i: away["cpu_ms"][i])
     row["worst_steps"] = [
