@@ -20,6 +20,15 @@ the child prints a mark just before ``shutdown()``; the parent times from readin
 kernel-window steps included and also shown without them), gen-2 collections and their
 longest, and ``exit_s`` (the bar: < 1 s). Both sides run in the same bench run, alternately,
 so a neighbour's load on the shared machine touches both. Figures: BENCHMARKS.md (issue 19).
+
+* ``--hidden N``: the MLP's width (512: ~1.4 ms a step alone; 8192: ~25 ms of CPU, nearer a
+  real step of 100 ms-10 s); ``--before-tree DIR``: one more away child per round importing
+  argus from DIR (``git archive <commit> argus | tar -x -C DIR``), the before/after pair in
+  one run; ``--compare-pace P``: one more away child with the producer's ``pace`` P.
+* Each away child traces what the collectors did beside the loop (:class:`Trace`: gc on the
+  training thread, the delivery thread's drains and polls, log lines, kernel windows); a row
+  lists the worst steps (wall and CPU) with it, and the steps a drain overlapped against the
+  others (side by side in time, so a neighbour's load touches both).
 """
 
 from __future__ import annotations
