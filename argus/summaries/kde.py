@@ -39,6 +39,13 @@ How it is computed (all groups at once, no Python loop per group or per event)
 6. Quantiles of each cluster are exact order statistics (numpy's default linear
    interpolation, on durations in ns).
 
+:func:`summarize_blocks` runs many independent blocks (rank-windows) in one call, each block
+with its own ``x0``, stride and sort, and with grid and event positions entering float
+arithmetic relative to the block, so each block's result is bit for bit its own
+:func:`summarize_many`; only the call's fixed cost is shared. Step 4's grid is built only for
+the segments that can hold a kept valley (:func:`_may_split`, exact), their bins being those
+of the full layout moved in integers: the splits are unchanged.
+
 References
 ----------
 ARGUS, arXiv:2606.20374, §5.2 (notes: ``shared/notes/paper.md`` §5). Bandwidth: D. W. Scott,
