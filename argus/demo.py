@@ -21,7 +21,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -46,9 +46,20 @@ DEMO_STREAMS = {  # shorter windows than production so the demo ends in a minute
 
 @dataclass(frozen=True)
 class DemoResult:
+    """``found``: an alert trigger named the injected culprit; ``alerts`` and ``anomalies``:
+    every record seen on those topics, in arrival order; ``steps``: the job's step records
+    and kernel batches (``raw.steps``, ``raw.kernels``, to replay
+    offline: :func:`argus.streams.memory.run_engine`); ``job_end_s``/``end_s``: seconds from the start of the
+    live view to the job's end and to the stop (None: the job did not end)."""
+
     found: bool
     path: Path
     alerts: list[dict[str, Any]]
+    anomalies: list[dict[str, Any]] = field(default_factory=list)
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    kernels: list[dict[str, Any]] = field(default_factory=list)
+    job_end_s: float | None = None
+    end_s: float = 0.0
 
 
 def _alerts_table(alerts: list[dict[str, Any]]) -> Table:
@@ -83,9 +94,12 @@ def _anomaly_table(anoms: list[dict[str, Any]]) -> Table:
 
 
 TRAIN_STRAGGLER, TRAIN_PHASES = 2, ("mlp", "forward")
-TRAIN_DETECTORS = {  # 4 CPU processes on a shared host jitter: page only on firm evidence
-    "ARGUS_DETECTORS__FUNNEL__TRIGGER_CONFIDENCE": "0.9",
-}
+TRAIN_DETECTORS: dict[str, str] = {}
+"""Detector overrides of the training demo: none. It used to page only at confidence 0.9 (4
+CPU processes on a shared host jitter), which missed the slowed rank in most runs (its L2
+windows pass at their floor, 1/256, so it took 4+ consecutive windows) and hid the false
+pages instead of fixing them; the funnel now pages neither a pair's single window nor one
+slow step of a rank (:mod:`argus.detectors.funnel.state`, ``bench/bench_demo_pages.py``)."""
 
 
 def _training_available() -> bool:
@@ -104,8 +118,20 @@ def run_demo(
     keep_topics: bool = False,
     console: Console | None = None,
     timeout_s: float = 240.0,
+    world: int = 4,
+    straggler: int = TRAIN_STRAGGLER,
+    slowdown: float = 3.0,
+    detectors_env: dict[str, str] | None = None,
+    settle_s: float = 20.0,
+    wait_settle: bool = False,
 ) -> DemoResult:
-    """Run the demo; returns whether an alert named the scenario's culprit."""
+    """Run the demo; returns whether an alert named the scenario's culprit.
+
+    ``world``, ``straggler``, ``slowdown``: the training job's ranks, the slowed rank and its
+    MLP factor; ``detectors_env``: detector overrides for the workers (default: the demo's
+    ``TRAIN_DETECTORS``; ``{}`` for the defaults). The view stops ``settle_s`` after the job
+    ends once the culprit is found, or at ``timeout_s``; with ``wait_settle`` it stops
+    ``settle_s`` after the job ends whatever was found (benches counting every page)."""
     from argus.kafka.admin import create_topics, delete_topics
     from argus.kafka.local import LocalBroker
     from argus.sim.simulate import SimRun, publish, simulate
@@ -127,15 +153,15 @@ def run_demo(
     env = {"ARGUS_TOPIC_PREFIX": prefix, **DEMO_STREAMS}
     run = None
     if source == "training":
-        env.update(TRAIN_DETECTORS)
+        env.update(TRAIN_DETECTORS if detectors_env is None else detectors_env)
         job = "demo-training"
-        truth, truth_group, truth_phases = {TRAIN_STRAGGLER}, None, set(TRAIN_PHASES)
+        truth, truth_group, truth_phases = {straggler}, None, set(TRAIN_PHASES)
         truth_doc: dict[str, Any] = {
-            "ranks": [TRAIN_STRAGGLER],
+            "ranks": [straggler],
             "phases": list(TRAIN_PHASES),
-            "fault": f"rank {TRAIN_STRAGGLER}'s MLP 3x slower",
+            "fault": f"rank {straggler}'s MLP {slowdown:g}x slower",
         }
-        what = f"CPU DDP transformer, 4 processes over gloo, collectors on, {steps} steps"
+        what = f"CPU DDP transformer, {world} processes over gloo, collectors on, {steps} steps"
     else:
         run = SimRun.make(scenario, ranks=ranks, steps=steps, seed=7, job=f"demo-{scenario}")
         job = run.job
@@ -153,7 +179,7 @@ def run_demo(
         f"[bold]workers[/] {' | '.join(' '.join(r) for r in ROLE_SPLIT)} (logs in {logs})"
     )
     console.print(f"[bold]job[/] {job}: {what}; fault: {truth_doc['fault']}")
-    watch = Watcher(settings, ["alerts", "anomalies", "raw.steps"], prefix=prefix)
+    watch = Watcher(settings, ["alerts", "anomalies", "raw.steps", "raw.kernels"], prefix=prefix)
 
     def culprit_found(w: Watcher) -> bool:
         for a in w.get("alerts"):
@@ -188,10 +214,12 @@ def run_demo(
                         job,
                         "--steps",
                         str(steps),
+                        "--world-size",
+                        str(world),
                         "--straggler-rank",
-                        str(TRAIN_STRAGGLER),
+                        str(straggler),
                         "--slowdown",
-                        "3",
+                        f"{slowdown:g}",
                     ],
                     env={**os.environ, "ARGUS_TOPIC_PREFIX": prefix},
                     capture_output=True,
@@ -219,7 +247,7 @@ def run_demo(
 
     threading.Thread(target=produce, name="argus-demo-job", daemon=True).start()
     t0 = time.monotonic()
-    settle = None
+    settle: float | None = None
     try:
         with Live(console=console, refresh_per_second=4) as live:
             while time.monotonic() - t0 < timeout_s:
@@ -237,8 +265,8 @@ def run_demo(
                     settle = time.monotonic()
                 if (
                     settle is not None
-                    and time.monotonic() - settle > 20
-                    and (culprit_found(watch) or (not truth and not truth_group))
+                    and time.monotonic() - settle > settle_s
+                    and (wait_settle or culprit_found(watch) or (not truth and not truth_group))
                 ):
                     break
                 if any(not w.alive for w in workers):
@@ -252,6 +280,7 @@ def run_demo(
                 )
             )
     finally:
+        end_s = time.monotonic() - t0
         for w in workers:
             w.stop()
         watch.close()
@@ -266,6 +295,7 @@ def run_demo(
         raise errors[0]
     found = culprit_found(watch)
     alerts = watch.get("alerts")
+    anomalies = watch.get("anomalies")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(
         json.dumps(
@@ -276,9 +306,8 @@ def run_demo(
                 "topic_prefix": prefix,
                 "culprit_found": found,
                 "alerts": alerts,
-                "anomalies_by_level": dict(
-                    Counter(f"{a['level']}/{a['kind']}" for a in watch.get("anomalies"))
-                ),
+                "anomalies_by_level": dict(Counter(f"{a['level']}/{a['kind']}" for a in anomalies)),
+                "anomalies": anomalies,
             },
             indent=2,
             default=str,
@@ -286,4 +315,13 @@ def run_demo(
     )
     verdict = "[green]found[/]" if found else "[red]NOT found[/]"
     console.print(f"culprit {sorted(truth) or truth_group} {verdict}; findings -> {out}")
-    return DemoResult(found, out, alerts)
+    return DemoResult(
+        found,
+        out,
+        alerts,
+        anomalies,
+        watch.get("raw.steps"),
+        watch.get("raw.kernels"),
+        job_end_s=None if settle is None else settle - t0,
+        end_s=end_s,
+    )

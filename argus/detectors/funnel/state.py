@@ -8,6 +8,7 @@ reaches ``trigger_confidence`` or its levels or severity change, ``resolve`` aft
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -62,10 +63,14 @@ class CulpritState:
 
 @dataclass(frozen=True)
 class FunnelState:
-    """Funnel state of one job: a window counter and the open culprits by dedup key."""
+    """Funnel state of one job: a window counter, the open culprits by dedup key, and the
+    one-off events (step-time spikes, bursts: :func:`_recurring`) of the last
+    :data:`ONE_OFF_WINDOWS` windows by ``job/group_kind/group_id/rank/phase``: ``(window,
+    step)``."""
 
     window: int = 0
     culprits: Mapping[str, CulpritState] = field(default_factory=dict)
+    one_offs: Mapping[str, tuple[tuple[int, int], ...]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -79,6 +84,7 @@ class FunnelState:
                 }
                 for k, c in self.culprits.items()
             },
+            "one_offs": {k: [list(e) for e in v] for k, v in self.one_offs.items()},
         }
 
     @classmethod
@@ -93,7 +99,10 @@ class FunnelState:
             )
             for k, v in d.get("culprits", {}).items()
         }
-        return cls(window=int(d.get("window", 0)), culprits=cs)
+        offs = {
+            k: tuple((int(e[0]), int(e[1])) for e in v) for k, v in d.get("one_offs", {}).items()
+        }
+        return cls(window=int(d.get("window", 0)), culprits=cs, one_offs=offs)
 
 
 @dataclass(frozen=True)
@@ -139,7 +148,8 @@ def step(
     verdicts: list[Verdict] = []
     alerts: list[dict[str, Any]] = []
     seen: set[str] = set()
-    culprits_now = join(findings, groups, coords)
+    offs = {k: {e for e in v if e[0] > w - ONE_OFF_WINDOWS} for k, v in state.one_offs.items()}
+    culprits_now = join(_recurring(findings, offs, w), groups, coords)
     # stragglers of this window and the previous one (a window edge may split a straggler
     # from its victims): waiting reachable from them (:func:`_reachable`) does not page
     rank_coords = _rank_coords(findings, coords)
@@ -151,6 +161,13 @@ def step(
         for cs in state.culprits.values()
         if cs.groups and cs.last_window >= w - 1
     ]
+    # a rank's run of windows, whatever its phase: a straggler's bottleneck may move between
+    # phases of similar excess (a nested phase and the one around it, forward and mlp) from
+    # one window to the next, and it is the same straggler
+    runs: dict[str, int] = {}
+    for k, cs in state.culprits.items():
+        if cs.last_window == w - 1:
+            runs[_ranks_key(k)] = max(runs.get(_ranks_key(k), 0), cs.persistence)
     for c in culprits_now:
         key = c.dedup_key
         if key in seen:
@@ -158,6 +175,8 @@ def step(
         seen.add(key)
         prev = culprits.get(key)
         pers = prev.persistence + 1 if prev is not None and prev.last_window == w - 1 else 1
+        if c.ranks:
+            pers = max(pers, runs.get(_ranks_key(key), 0) + 1)
         conf = confidence_of(c.findings, pers, cfg)
         first = prev.first_seen_ns if prev is not None else c.window_start_ns
         v = Verdict(culprit=c, persistence=pers, confidence=conf, first_seen_ns=first)
@@ -173,7 +192,7 @@ def step(
             and not _waiting_only(c)
             and not _shared_spikes_only(c)
             and not _explained_victim(c, straggling, groups, rank_coords)
-            and (pers >= cfg.l3_only_persistence or not _l3_only(c))
+            and (pers >= cfg.l3_only_persistence or not (_l3_only(c) or _pair_only(c)))
         ):
             new_sig = _raise_to(sig, v)
             if not active or new_sig != sig:
@@ -203,7 +222,14 @@ def step(
                 rec["summary"] = f"resolved: {rec.get('summary', key)}"
                 alerts.append(rec)
             del culprits[key]
-    return FunnelState(window=w, culprits=culprits), FunnelOutput(verdicts, alerts)
+    kept = {k: tuple(sorted(v)[-MAX_ONE_OFFS:]) for k, v in offs.items() if v}
+    return FunnelState(window=w, culprits=culprits, one_offs=kept), FunnelOutput(verdicts, alerts)
+
+
+def _ranks_key(dedup_key: str) -> str:
+    """``job/group_kind/group_id/ranks`` of a dedup key (:attr:`Culprit.dedup_key`): the
+    culprit without its phase or kernel."""
+    return dedup_key.rsplit("/", 1)[0]
 
 
 def _l3_only(c: Culprit) -> bool:
@@ -214,6 +240,96 @@ def _l3_only(c: Culprit) -> bool:
     """
     fs = [f for f in c.findings if f.level != "L1"]
     return bool(fs) and all(f.level == "L3" for f in fs)
+
+
+ONE_OFF_WINDOWS = 10
+"""Windows the funnel remembers one-off events (:func:`_recurring`): a stall every ~15
+steps, or two in 50, recurs within them."""
+STALL_SHARE = 2.0
+"""A one-off event pages at once when its excess is at least this many median iteration
+times (the rank alone held the job for two steps or more: a ~40x ``backward`` JIT stall);
+smaller ones page when they recur (:func:`_recurring`). A process preempted on a loaded host
+reached 1.03 (650 ms in a 630 ms step of a 4-rank CPU job at load 18)."""
+MAX_ONE_OFFS = 16
+"""One-off events remembered per rank and phase (only whether there are two steps matters)."""
+
+
+def _per_rank(f: Finding, key: str) -> dict[str, Any]:
+    try:
+        v = json.loads(f.evidence.get(key, "{}"))
+    except ValueError:
+        return {}
+    return v if isinstance(v, dict) else {}
+
+
+def _stall(f: Finding, rank: int) -> bool:
+    """The one-off finding's event of ``rank`` is a stall of :data:`STALL_SHARE` steps or more
+    (``evidence["step_share"]`` of a spike, ``["burst_share"]`` of a burst)."""
+    share = _per_rank(f, "step_share" if f.kind == "jitter" else "burst_share").get(str(rank))
+    return isinstance(share, (int, float)) and share >= STALL_SHARE
+
+
+def _one_off(f: Finding) -> dict[int, list[int]] | None:
+    """Rank -> steps of a one-off finding, None for others: L2's step-time spikes (``jitter``,
+    ``evidence["spike_steps"]``) and L2 stragglers named only for single steps beyond noise
+    (every named rank's test ``burst``, ``evidence["burst_at"]``)."""
+    if f.level != "L2" or not f.ranks:
+        return None
+    if f.kind == "jitter":
+        at = _per_rank(f, "spike_steps")
+    else:
+        tests = _per_rank(f, "test")
+        if not tests or any(tests.get(str(r)) != "burst" for r in f.ranks):
+            return None
+        at = _per_rank(f, "burst_at")
+    return {int(r): [int(s) for s in steps] for r, steps in at.items()}
+
+
+def _recurring(
+    findings: Sequence[Finding], offs: dict[str, set[tuple[int, int]]], window: int
+) -> list[Finding]:
+    """``findings`` without the one-off ones (:func:`_one_off`) that did not recur: a one-off
+    finding is evidence only when each of its ranks had one-off events in two different
+    steps of the same group and phase within :data:`ONE_OFF_WINDOWS` windows, or the event
+    was a stall of :data:`STALL_SHARE` steps or more (``offs``:
+    ``job/group_kind/group_id/rank/phase`` -> ``(window, step)``, updated in place with this
+    ``window``'s).
+
+    One step in which one rank was slow (a process preempted on a loaded host, a GC pause, a
+    page-fault storm) is what a healthy job does now and then; a recurring stall is a fault
+    (issue 18: a 1.5 s data-loading stall every ~15 steps). A 4-rank CPU DDP job on a loaded
+    2-core host (load 18) drew pages of healthy ranks on single steps otherwise (a 196 ms
+    ``optimizer`` step of a rank at ~10 ms; a rank off the CPU for 650 ms in one
+    ``forward``; two ranks' bursts in consecutive steps, named together with the straggler).
+    The findings are still reported (anomaly records); they only do not make culprits.
+    """
+    out = []
+    for f in findings:
+        ev = _one_off(f)
+        if ev is None:
+            out.append(f)
+            continue
+        keys = {r: f"{f.job}/{f.group_kind}/{f.group_id}/{r}/{f.phase}" for r in f.ranks}
+        for r, steps in ev.items():
+            if r in keys:
+                offs.setdefault(keys[r], set()).update((window, s) for s in steps)
+        if all(_stall(f, r) or len({s for _, s in offs.get(k, ())}) >= 2 for r, k in keys.items()):
+            out.append(f)
+    return out
+
+
+def _pair_only(c: Culprit) -> bool:
+    """The culprit's only evidence naming a rank is L2's in groups of two ranks.
+
+    A pair has no spread to judge against: one L2 window names the slower of two when it was
+    slower in each of its steps (``2**-steps``, 1/16 for the live 4-step window) and by
+    ``pair_ratio`` (:mod:`argus.detectors.l2`), which a few steps of host contention on one
+    rank give as often (a 2-rank CPU DDP job drew 3-4 such pages a run on healthy rank 0 on
+    a loaded 2-core host). Like an L3-only culprit, it pages once it repeats
+    (``l3_only_persistence`` consecutive windows): a slow rank of a pair stays slow.
+    """
+    fs = [f for f in c.findings if f.level != "L1"]
+    return bool(fs) and all(f.level == "L2" and f.evidence.get("n_ranks") == "2" for f in fs)
 
 
 def _shared_spikes_only(c: Culprit) -> bool:
