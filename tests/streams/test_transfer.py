@@ -58,3 +58,42 @@ def test_a_slow_nic_its_pipeline_hides_names_its_host(block_ranks: int) -> None:
         a["evidence"]["members"] for a in res.anomalies if a["evidence"].get("role") == "transfer"
     }
     assert members == {str(list(run.truth.ranks)).replace(" ", " ")}
+
+
+def test_group_members_travel_once_and_rows_after_them_use_the_kept_ones() -> None:
+    """A block's group rows carry their members only with its hosts (first digest, then
+    every 64 steps); the job tier keeps them (``steps-members``) and judges rows without
+    them the same as rows with them; a group whose members it never learned is left out."""
+    from argus.detectors.config import DetectorsConfig
+    from argus.detectors.inputs import group_windows
+    from argus.routing import Routing
+    from argus.streams.memory import _MemoryCtx
+    from argus.streams.roles.transfer import TransferWindows, transfer_rows
+
+    run = SimRun.make("mega-slow-nic", layout="dp=4,tp=8,pp=4", steps=20, seed=3, kernels=False)
+    recs = [r for t, _k, r in simulate(run) if t == "raw.steps"]
+    job = recs[0]["job"]
+
+    def judge(full_every: int | None) -> list[tuple[str, str, str]]:
+        ctx = _MemoryCtx(DetectorsConfig(), PipelineConfig())
+        tw = TransferWindows(ctx)  # type: ignore[arg-type]
+        tw.keep_hosts(job, {str(r["rank"]): r["host"] for r in recs if r["step"] == 0})
+        found = []
+        for s in range(20):
+            rs = [r for r in recs if r["step"] == s]
+            full = full_every is not None and s % full_every == 0
+            rows = transfer_rows(group_windows(rs, Routing.default()), rs, members=full)
+            if full:
+                assert all(m for k, _g, _p, m, _t in rows)
+            else:
+                assert all(m == [] for k, _g, _p, m, _t in rows if not k.endswith(">rx"))
+            tw.keep(job, s, "b0", rows)
+            found += tw.closed(job, s, 1e9, (0, 1), 1)
+        return [(f.group_kind, f.group_id, f.evidence["members"]) for f in found]
+
+    host = run.truth.host
+    with_members = judge(1)
+    assert [k[:2] for k in with_members] == [("host", host)]  # steps 10-19 (onset 5)
+    assert judge(64) == with_members
+    # never learned: the collectives are left out, the receives alone name no host
+    assert all(k[0] != "host" for k in judge(None))
