@@ -104,12 +104,46 @@ def floor(codec: Codec, raws: list[bytes]) -> int:
     return n
 
 
+def recorded(path: str, rounds: int) -> None:
+    """The compression step of ``argus diagnose`` on a recording, before and after."""
+    from argus.diagnose import read_avro
+    from argus.streams.memory import batch_summaries, batches_summaries
+
+    _, it = read_avro(os.path.join(path, "kernels.avro"))
+    recs = list(it)
+    n_ev = sum(len(r["duration_ns"]) // 8 for r in recs)
+    paths: dict[str, Callable[[], Any]] = {
+        "one summarize_batch per window": lambda: [batch_summaries(r) for r in recs],
+        "batches_summaries": functools.partial(batches_summaries, recs),
+    }
+    cpu: dict[str, list[float]] = {k: [] for k in paths}
+    for r in range(rounds):
+        for k in list(paths)[r % 2 :] + list(paths)[: r % 2]:
+            c0 = time.thread_time()
+            paths[k]()
+            cpu[k].append(time.thread_time() - c0)
+    print(f"\nrecorded job {path}: {len(recs)} windows, {n_ev} events, {rounds} rounds")
+    base = statistics.median(cpu["one summarize_batch per window"])
+    for k, v in cpu.items():
+        m = statistics.median(v)
+        print(f"{k:32s} {m:7.2f} s CPU   {base / m:5.1f}x")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--events", type=int, default=3000)
     ap.add_argument("--poll", default="64,256", help="records per poll (comma-separated)")
     ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument(
+        "--recorded",
+        metavar="DIR",
+        help="also time the compression step of `argus diagnose` on DIR/kernels.avro "
+        "(e.g. from `argus simulate --out DIR`): one summarize_batch per window (before) vs "
+        "memory.batches_summaries, interleaved",
+    )
     args = ap.parse_args()
+    if args.recorded:
+        recorded(args.recorded, max(3, args.rounds // 3))
     print(
         f"machine: {platform.node()} {platform.processor() or platform.machine()}, "
         f"{os.cpu_count()} cpus; load average {os.getloadavg()}"
