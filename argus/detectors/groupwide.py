@@ -212,12 +212,23 @@ def receive_rows(
         for ph in rec.get("phases") or ():  # type: ignore[attr-defined]
             if ph.get("stream_kind") != "p2p":
                 continue
-            b = best.setdefault(str(ph["name"]), [0, math.inf])
-            b[0] += 1
-            b[1] = min(b[1], float(ph["duration_ns"]))
+            d = float(ph["duration_ns"])
+            b = best.get(ph["name"])
+            if b is None:
+                best[str(ph["name"])] = [1, d]
+            else:
+                b[0] += 1
+                if d < b[1]:
+                    b[1] = d
+        if not best:
+            continue
         stage = int(coords.get("pp_rank", 0) or 0)
+        gids: dict[str, str] = {}  # kind -> group id, once per record
         for name, (n, t) in sorted(best.items()):
-            kind, gid = routing.group_of(coords, name, "p2p")
+            kind = routing.kind_of(name, "p2p")
+            gid = gids.get(kind)
+            if gid is None:
+                gid = gids[kind] = routing.group_for_kind(coords, kind)
             out.append((kind, gid, name, int(rec["rank"]), stage, int(n), t))  # type: ignore[call-overload]
     return out
 
