@@ -83,6 +83,9 @@ def score_run(alerts: list[dict[str, Any]], straggler: int) -> dict[str, Any]:
         "false_pages": len(false),
         "false_healthy_rank": sum(1 for a in false if a["ranks"]),
         "false_no_rank": sum(1 for a in false if not a["ranks"]),
+        "false_missing": sum(
+            1 for a in false if (a.get("details") or {}).get("kind") == "missing_rank"
+        ),
         "false_what": [
             f"{'+'.join(a['levels'])} ranks {a['ranks'] or '-'} {a['phase'] or ','.join(a['kernels'][:1]) or '-'}"
             f" conf {a['confidence']:.2f}"
@@ -175,10 +178,19 @@ def replay(path: Path, cfg: Config) -> dict[str, Any]:
     return sc
 
 
+def _missing(r: dict[str, Any]) -> int:
+    """False pages of a run that are ``missing_rank`` (L1, no phase): from the score, or from
+    ``false_what`` for rows written before the field existed."""
+    if "false_missing" in r:
+        return int(r["false_missing"])
+    return sum(1 for w in r["false_what"] if w.startswith("L1 ranks [") and " - conf" in w)
+
+
 def _table(rows: list[dict[str, Any]]) -> str:
     head = (
         "| config | run | start (UTC) | load 1 min | pages | ranks named (pages) "
-        "| injected rank | injected phase | false: healthy rank | false: no rank |"
+        "| injected rank | injected phase | false: healthy rank | of which missing_rank "
+        "| false: no rank |"
     )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
@@ -187,7 +199,7 @@ def _table(rows: list[dict[str, Any]]) -> str:
             f"| {r['config']} | {r['run']} | {r['started']} | {r['load_start']:.1f} | {r['pages']}"
             f" | {named} | {'yes' if r['injected_rank'] else 'NO'}"
             f" | {'yes' if r['injected_phase'] else 'NO'} | {r['false_healthy_rank']}"
-            f" | {r['false_no_rank']} |"
+            f" | {_missing(r)} | {r['false_no_rank']} |"
         )
     return "\n".join(lines)
 
@@ -199,10 +211,12 @@ def verdict(name: str, rows: list[dict[str, Any]]) -> str:
     hit = sum(r["injected_rank"] and r["injected_phase"] for r in rows)
     clean = sum(r["false_pages"] == 0 for r in rows)
     false = sum(r["false_pages"] for r in rows)
+    missing = sum(_missing(r) for r in rows)
     ok = n > 0 and hit == n and clean == n
     return (
         f"{name}: {'PASS' if ok else 'FAIL'}: injected rank+phase paged in {hit}/{n} runs, "
-        f"no false page in {clean}/{n} runs ({false} false pages in all)"
+        f"no false page in {clean}/{n} runs ({false} false pages in all, {missing} of them "
+        "missing_rank)"
     )
 
 
