@@ -184,7 +184,10 @@ class L2Config:
         step a phase-level verdict is not actionable, and pipeline/collective waits of a
         few hundred us are noise).
     min_steps : int
-        Steps with data a rank needs in the window to be judged. 1 (ours).
+        Steps with data a rank needs in the window to be judged. 2 (ours: one step is no
+        test of persistence; at 2,048 ranks, tp 8 x pp 4 x dp 64, a job's first step alone
+        named 7 healthy ranks 1.17-1.27x their DP peers in ``mlp`` over 200 healthy steps,
+        and none once two steps were asked for). Step-time spikes are judged apart.
     late_step_share : float
         ``min_step_share`` for collectives: a late arrival must have shortened its
         collective by at least this share of the median iteration time. 0.10 (ours: a 1-2 %
@@ -213,7 +216,7 @@ class L2Config:
     mad_floor: float = 0.01
     pair_ratio: float = 1.5
     min_abs_ms: float = 1.0
-    min_steps: int = 1
+    min_steps: int = 2
     late_step_share: float = 0.10
     late_arrival: bool = True
     spike_step_share: float = 0.25
