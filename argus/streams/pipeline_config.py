@@ -18,6 +18,7 @@ _RANGES = {
     "max_skew_s": NON_NEGATIVE,
     "max_step_jump": NON_NEGATIVE,
     "silent_steps": NON_NEGATIVE,
+    "silent_s": NON_NEGATIVE,
     "producer_linger_s": NON_NEGATIVE,
 }
 
@@ -42,9 +43,15 @@ class PipelineConfig(Limits):
         on is reported missing once their upper median passed its step by this many steps
         (the *silent* rule of :mod:`argus.streams.windows`), instead of ``lateness_steps``:
         one partition is read in the order it was written, so no consumer lag or restart
-        makes a rank silent, only a rank (or its collector) that stopped writing. 8: a page
-        within a funnel window of the stop; a collector's own delivery delay (linger, one
-        batch) is far below 8 steps. 0 turns the rule off; a smaller ``lateness_steps`` caps it.
+        makes a rank silent, only a rank (or its collector) that stopped writing. 8 steps
+        **and** ``silent_s``: a page within a funnel window of the stop. 0 turns the rule
+        off; a smaller ``lateness_steps`` caps it.
+    silent_s : float
+        ... and the partition's ranks' event time (their steps' ends) passed the silent
+        rank's newest step by this much (s). 10: a collector delivers a rank's records in
+        bursts (a second's steps at a time, more while its broker is slow), so a job of
+        200 ms steps saw healthy ranks 12 steps behind their partition between two bursts
+        (`make demo`: false ``missing_rank`` pages); 10 s is 8 steps of a 1.2 s step.
     l3_lateness_windows : int
         The same for L3's kernel windows (window ids of event time). 4: a window spans one or
         more steps, and a dead rank's scope waits only this many windows for it.
@@ -120,6 +127,7 @@ class PipelineConfig(Limits):
 
     lateness_steps: int = 32
     silent_steps: int = 8
+    silent_s: float = 10.0
     l3_lateness_windows: int = 4
     idle_close_s: float = 120.0
     steps_block_ranks: int = 256

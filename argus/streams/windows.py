@@ -29,7 +29,10 @@ and no single source moves it. A pending step ``k`` closes
   partition yet), the lateness is 8 times longer;
 * **with silent sources** (``timed_out``, only when the caller passes ``silent``): every
   source not accounted for is *silent in its partition*: the upper median of the sources
-  on its own input partition (itself included) passed ``k`` by ``silent`` newer steps. One
+  on its own input partition (itself included) passed ``k`` by ``silent`` newer steps, and
+  its event time passed the source's newest report by ``silent_ns`` (a collector delivers
+  a rank's records in bursts, a second's steps at a time: fast steps must not look
+  silent between two bursts). One
   partition's records arrive in the order they were written, so a source that far behind
   the sources it shares a partition with stopped writing (a rank that died or hung) and
   is not merely read later (a consumer catching up, which moves a whole partition): no
@@ -49,7 +52,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass
-from typing import Literal, TypedDict
+from typing import Literal, NotRequired, TypedDict
 
 __all__ = [
     "LATENESS_STEPS",
@@ -88,6 +91,7 @@ class WindowState(TypedDict):
     src: dict[str, int]  # source -> newest step it reported (its watermark)
     part: dict[str, str]  # source -> the input partition it arrives on (absent: "0")
     late: int  # reports for steps already closed (counted, not used)
+    t: NotRequired[dict[str, int]]  # source -> event time of its newest step (ns; silent rule)
 
 
 @dataclass(frozen=True)
@@ -124,9 +128,12 @@ def add(
     max_pending: int = MAX_PENDING,
     part: str = "0",
     silent: int = 0,
+    silent_ns: int = 0,
+    t_ns: int = 0,
 ) -> tuple[Status, list[ClosedStep]]:
-    """Record that source ``rank`` reported ``step`` (arriving on input partition ``part``);
-    mutates ``state``. ``silent`` > 0 turns the silent-source rule on (module doc), in steps.
+    """Record that source ``rank`` reported ``step`` (arriving on input partition ``part``;
+    ``t_ns``: the step's event time, its end); mutates ``state``. ``silent`` > 0 turns the
+    silent-source rule on (module doc): ``silent`` steps and ``silent_ns`` of event time.
 
     Returns
     -------
@@ -157,7 +164,10 @@ def add(
     if part != "0" or src in state.setdefault("part", {}):
         state["part"][src] = part
     state["src"][src] = max(int(state["src"].get(src, -1)), step)
-    return "new", _due(state, lateness, max_pending, silent)
+    if silent > 0:
+        times = state.setdefault("t", {})
+        times[src] = max(int(times.get(src, 0)), int(t_ns))
+    return "new", _due(state, lateness, max_pending, silent, silent_ns)
 
 
 def flush(state: WindowState) -> list[ClosedStep]:
@@ -169,23 +179,26 @@ def _pending_steps(state: WindowState) -> list[str]:
     return sorted(state["pending"], key=int)
 
 
-def _due(state: WindowState, lateness: int, max_pending: int, silent: int = 0) -> list[ClosedStep]:
+def _due(
+    state: WindowState, lateness: int, max_pending: int, silent: int = 0, silent_ns: int = 0
+) -> list[ClosedStep]:
     """Close the pending steps whose sources are all accounted for, in step order."""
     out: list[ClosedStep] = []
     order = _pending_steps(state)
     while len(order) > max_pending:
         out.append(_close(state, order.pop(0), timed_out=False, incomplete=True))
-    newest = sorted(state["src"].values())
+    newest = max(state["src"].values())
     watermark = _watermark(state)
     steps = [int(k) for k in order]
     behind = bisect.bisect_right(steps, watermark)  # pending steps at or below the watermark
-    marks = _partition_marks(state) if silent > 0 else {}
+    marks = _partition_marks(state, "src") if silent > 0 else {}
+    times = _partition_marks(state, "t") if silent > 0 else {}
     for i, k in enumerate(order):
         pend = state["pending"][k]
         step = steps[i]
         got = set(pend["got"])
         if len(got) >= pend["exp"] or (
-            newest[-1] > step  # else no source passed it
+            newest > step  # else no source passed it
             and len(got) + sum(1 for s, n in state["src"].items() if n > step and int(s) not in got)
             >= pend["exp"]
         ):
@@ -195,18 +208,21 @@ def _due(state: WindowState, lateness: int, max_pending: int, silent: int = 0) -
             # not reported at all (its partition not fetched yet: a late start, a restart),
             # 8 times that
             out.append(_close(state, k, timed_out=True))
-        elif silent > 0 and _all_silent(state, pend, got, step, marks, steps, i, silent):
+        elif silent > 0 and _all_silent(
+            state, pend, got, step, (marks, times), steps, i, (silent, silent_ns)
+        ):
             out.append(_close(state, k, timed_out=True))
         else:
             break  # monotone: a later step is not closable either
     return out
 
 
-def _partition_marks(state: WindowState) -> dict[str, list[int]]:
-    """Per input partition, its sources' newest steps, ascending."""
+def _partition_marks(state: WindowState, what: Literal["src", "t"]) -> dict[str, list[int]]:
+    """Per input partition, its sources' newest steps (``src``) or their event times
+    (``t``, ns), ascending."""
     parts = state.get("part") or {}
     by_part: dict[str, list[int]] = {}
-    for s, n in state["src"].items():
+    for s, n in (state.get(what) or {}).items():
         by_part.setdefault(parts.get(s, "0"), []).append(int(n))
     return {p: sorted(v) for p, v in by_part.items()}
 
@@ -216,14 +232,15 @@ def _all_silent(
     pend: PendingStep,
     got: set[int],
     step: int,
-    marks: dict[str, list[int]],
+    marks: tuple[dict[str, list[int]], dict[str, list[int]]],
     steps: list[int],
     i: int,
-    silent: int,
+    silent: tuple[int, int],
 ) -> bool:
     """Whether every source not accounted for at ``step`` (pending index ``i``) is known and
     silent in its partition: the upper median of its partition's sources passed ``step`` by
-    ``silent`` pending steps. Monotone in the step, as the other rules."""
+    ``silent[0]`` pending steps and the source's own newest event time by ``silent[1]`` ns
+    (``marks``: the partitions' steps and times). Monotone in the step, as the other rules."""
     parts = state.get("part") or {}
     behind = [
         s for s, n in state["src"].items() if int(n) < step and int(s) not in got
@@ -231,10 +248,15 @@ def _all_silent(
     passed = sum(1 for s, n in state["src"].items() if int(n) > step and int(s) not in got)
     if not behind or len(got) + passed + len(behind) < pend["exp"]:
         return False  # nobody to wait for (the other rules), or a source never seen
+    own_t = state.get("t") or {}
     for s in behind:
-        v = marks.get(parts.get(s, "0"), [])
-        mark = v[len(v) // 2] if len(v) > 1 else -1  # alone on its partition: never silent
-        if bisect.bisect_right(steps, mark) - i - 1 < silent:
+        v = marks[0].get(parts.get(s, "0"), [])
+        if len(v) < 2:
+            return False  # alone on its partition: never silent
+        if bisect.bisect_right(steps, v[len(v) // 2]) - i - 1 < silent[0]:
+            return False
+        tv = marks[1].get(parts.get(s, "0"), [])
+        if tv and tv[len(tv) // 2] - int(own_t.get(s, 0)) < silent[1]:
             return False
     return True
 
@@ -243,7 +265,7 @@ def _watermark(state: WindowState) -> int:
     """The key's watermark: per input partition the upper median of its sources' newest
     steps, then the lowest partition's (a partition a consumer has not caught up on holds
     it back; one source, fast or slow, never moves it)."""
-    marks = _partition_marks(state)
+    marks = _partition_marks(state, "src")
     if not marks:
         return -1
     return min(v[len(v) // 2] for v in marks.values())

@@ -72,6 +72,33 @@ def test_a_rank_silent_in_its_partition_is_missing_after_silent_steps() -> None:
     assert status == "new" and [(c.step, c.ranks) for c in now] == [(7, (0, 1, 2))]
 
 
+def test_a_rank_delivered_in_bursts_is_not_silent() -> None:
+    """200 ms steps, rank 2's collector delivers 12 steps at a time (its partition peers run
+    12 steps, 2.4 s of event time, ahead between bursts): with ``silent_ns`` 10 s nothing
+    closes without it; once it really stops, it is missing after 10 s of its peers' time."""
+    s = windows.new_state()
+    closed: list[windows.ClosedStep] = []
+    kw = {"expected": 3, "lateness": 200, "silent": 8, "silent_ns": 10 * 10**9}
+
+    def feed(step: int, rank: int) -> None:
+        closed.extend(windows.add(s, step=step, rank=rank, t_ns=step * 200_000_000, **kw)[1])
+
+    for burst in range(0, 48, 12):
+        for step in range(burst, burst + 12):
+            feed(step, 0)
+            feed(step, 1)
+        for step in range(burst, burst + 12):
+            feed(step, 2)
+    assert [c.missing for c in closed] == [0] * 48
+    for step in range(48, 120):  # rank 2 stopped after step 47
+        feed(step, 0)
+        feed(step, 1)
+    stalled = [c.step for c in closed if c.missing]
+    # step 48 closes once the peers' time passed rank 2's last (step 47) by 10 s: step 97
+    assert stalled[0] == 48 and stalled[-1] <= 119 - 8
+    assert all(c.ranks == (0, 1) for c in closed if c.missing)
+
+
 def test_a_lagging_partition_is_not_silent() -> None:
     """A consumer catching up on partition "1" (ranks 2, 3) reads it 10 steps behind
     partition "0" (ranks 0, 1): nobody is silent, nothing closes without a rank."""

@@ -167,6 +167,7 @@ class _Tier:
     ctx: RoleContext
     lateness: int
     silent: int = 0  # the silent-source rule (windows), per rank only: the block tier
+    silent_ns: int = 0
     idle: float
     seen: dict[str, float]
 
@@ -180,6 +181,7 @@ class _Tier:
         expected: int,
         now: float,
         part: str,
+        t_ns: int = 0,
     ) -> tuple[windows.Status, list[windows.ClosedStep]]:
         self.seen[key] = now
         return windows.add(
@@ -190,6 +192,8 @@ class _Tier:
             lateness=self.lateness,
             part=part,
             silent=self.silent,
+            silent_ns=self.silent_ns,
+            t_ns=t_ns,
         )
 
     async def tick(self, key: str, st: Any, now: float) -> bool:
@@ -366,6 +370,7 @@ class StepBlocks(_Tier):
         self.routing = Routing.from_config(ctx.detectors.routing)
         self.lateness = ctx.pcfg.lateness_steps
         self.silent = min(ctx.pcfg.silent_steps, self.lateness)
+        self.silent_ns = int(ctx.pcfg.silent_s * 1e9)
         self.idle = ctx.pcfg.idle_close_s
         self.seen = {}
         self.block_ranks = ctx.pcfg.steps_block_ranks
@@ -388,6 +393,7 @@ class StepBlocks(_Tier):
             expected=block_size(m["world"], blk, self.block_ranks),
             now=now,
             part=str(m["part"]),
+            t_ns=int(m["end_ns"]),
         )
         if status == "new":
             if "l2" in self.levels:
