@@ -50,6 +50,18 @@ def test_a_pair_window_alone_does_not_page_a_repeating_one_does() -> None:
     assert pages[2][0]["ranks"] == [1] and pages[2][0]["persistence"] == 3
 
 
+def test_a_four_rank_window_alone_does_not_page_a_repeating_one_does() -> None:
+    """A 4-rank group's window passes at its floor (1/64) without family-wise control: a
+    healthy rank's 3 slow steps paged once in 10 4-rank DDP runs."""
+
+    def four(rank: int, w: int) -> Finding:
+        f = _pair(rank, "optimizer", w)
+        return Finding(**{**f.__dict__, "evidence": {**f.evidence, "n_ranks": "4"}})
+
+    assert _run([[four(3, 0)], [], [four(3, 2)]]) == [[], [], []]
+    assert [len(p) for p in _run([[four(1, w)] for w in range(3)])] == [0, 0, 1]
+
+
 def test_a_straggler_whose_phase_moves_between_windows_persists() -> None:
     # rank 1's bottleneck is mlp, then the forward around it, then mlp: one straggler
     pages = _run([[_pair(1, ph, w)] for w, ph in enumerate(("mlp", "forward", "mlp"))])
