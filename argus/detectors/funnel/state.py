@@ -193,6 +193,7 @@ def step(
             and not _shared_spikes_only(c)
             and not _explained_victim(c, straggling, groups, rank_coords)
             and (pers >= cfg.l3_only_persistence or not (_l3_only(c) or _pair_only(c)))
+            and (pers >= SMALL_GROUP_PERSISTENCE or not _small_only(c))
         ):
             new_sig = _raise_to(sig, v)
             if not active or new_sig != sig:
@@ -319,35 +320,41 @@ def _recurring(
 
 
 def _pair_only(c: Culprit) -> bool:
-    """The culprit's only evidence naming a rank is L2's in groups of at most
-    :data:`SMALL_GROUP` ranks.
+    """The culprit's only evidence naming a rank is L2's in groups of two ranks.
 
     A pair has no spread to judge against: one L2 window names the slower of two when it was
     slower in each of its steps (``2**-steps``, 1/16 for the live 4-step window) and by
     ``pair_ratio`` (:mod:`argus.detectors.l2`), which a few steps of host contention on one
     rank give as often (a 2-rank CPU DDP job drew 3-4 such pages a run on healthy rank 0 on
-    a loaded 2-core host). Groups of 3-4 pass at their floor (the slowest of every step, 1/64
-    in a 4-rank, 3-step window: :data:`argus.detectors.l2.MAX_FLOOR`) without family-wise
-    control (a 4-rank DDP job paged healthy rank 3's ``optimizer`` once in 10 runs). Like an
-    L3-only culprit, it pages once it repeats (``l3_only_persistence`` consecutive windows):
-    a slow rank of a small group stays slow.
+    a loaded 2-core host). Like an L3-only culprit, it pages once it repeats
+    (``l3_only_persistence`` consecutive windows): a slow rank of a pair stays slow.
     """
     fs = [f for f in c.findings if f.level != "L1"]
-    return bool(fs) and all(f.level == "L2" and _weak_small(f) for f in fs)
+    return bool(fs) and all(f.level == "L2" and f.evidence.get("n_ranks") == "2" for f in fs)
 
 
-def _weak_small(f: Finding) -> bool:
-    """An L2 finding of a pair, or a persistence test (not a burst beyond noise: those have
-    their own recurrence rule) of a group of 3 to :data:`SMALL_GROUP` ranks."""
+def _small_only(c: Culprit) -> bool:
+    """The culprit's only evidence is L2 persistence tests of groups of 3 to
+    :data:`SMALL_GROUP` ranks: they pass at their floor (the slowest of every step, 1/64 in a
+    4-rank, 3-step window: :data:`argus.detectors.l2.MAX_FLOOR`) without family-wise control
+    (a 4-rank DDP job paged healthy rank 3's ``optimizer`` once in 10 runs), so one window
+    does not page; two consecutive do (:data:`SMALL_GROUP_PERSISTENCE`; three lost the
+    slowed rank of a 4-rank job named in windows 3, 4, 6 and 7). Bursts beyond noise keep
+    their own recurrence rule."""
+    fs = [f for f in c.findings if f.level != "L1"]
+    return bool(fs) and all(f.level == "L2" and _small_test(f) for f in fs)
+
+
+def _small_test(f: Finding) -> bool:
     n = int(f.evidence.get("n_ranks", "0") or 0)
-    if n == 2:
-        return True
     tests = json.loads(f.evidence.get("test", "{}") or "{}")
     return 2 < n <= SMALL_GROUP and "burst" not in tests.values()
 
 
 SMALL_GROUP = 4
-"""Ranks of a group whose L2 window alone does not page (:func:`_pair_only`)."""
+"""Ranks of a group whose L2 persistence test alone does not page at once (:func:`_small_only`)."""
+SMALL_GROUP_PERSISTENCE = 2
+"""Consecutive windows such a culprit needs."""
 
 
 def _shared_spikes_only(c: Culprit) -> bool:
