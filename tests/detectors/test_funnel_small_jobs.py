@@ -52,14 +52,18 @@ def test_a_pair_window_alone_does_not_page_a_repeating_one_does() -> None:
 
 def test_a_four_rank_window_alone_does_not_page_a_repeating_one_does() -> None:
     """A 4-rank group's window passes at its floor (1/64) without family-wise control: a
-    healthy rank's 3 slow steps paged once in 10 4-rank DDP runs; two windows in a row page."""
+    healthy rank's 3 slow steps paged once in 10 4-rank DDP runs; a second window of the
+    same rank within 4 windows pages."""
 
     def four(rank: int, w: int) -> Finding:
         f = _pair(rank, "optimizer", w)
         return Finding(**{**f.__dict__, "evidence": {**f.evidence, "n_ranks": "4"}})
 
-    assert _run([[four(3, 0)], [], [four(3, 2)]]) == [[], [], []]
+    assert _run([[four(3, 0)], [], [], [], [], [four(3, 5)]]) == [[]] * 6
     assert [len(p) for p in _run([[four(1, w)] for w in range(2)])] == [0, 1]
+    # named in windows 1 and 4 (not in a row: a 2x of a short phase, CPU noise): paged at 4
+    named = [[], [four(2, 1)], [], [], [four(2, 4)]]
+    assert [len(p) for p in _run(named)] == [0, 0, 0, 0, 1]
 
 
 def test_a_straggler_whose_phase_moves_between_windows_persists() -> None:
