@@ -50,7 +50,12 @@ def test_profiler_traces_name_the_slowed_rank(tmp_path: Path, world: int, slow: 
     assert {r["kernel_source"] for r in summary["read"]} == {"cpu_ops"}
     assert main(["diagnose", str(out), "--window-steps", "5"]) == 0
     doc = json.loads((out / "findings.json").read_text())
-    top = doc["verdicts"][0]
-    assert top["ranks"] == [slow], doc["verdicts"]
-    assert top["phase"] == "forward"
-    assert any(a["action"] == "trigger" and a["ranks"] == [slow] for a in doc["alerts"])
+    # only the slowed rank is a culprit; its forward is named and paged (the 4-rank job's
+    # late arrival into the all-reduce, in the windows its forward was not named, is a
+    # culprit of the same rank too)
+    assert {tuple(v["ranks"]) for v in doc["verdicts"]} == {(slow,)}, doc["verdicts"]
+    assert any(v["phase"] == "forward" for v in doc["verdicts"])
+    assert any(
+        a["action"] == "trigger" and a["ranks"] == [slow] and a["phase"] == "forward"
+        for a in doc["alerts"]
+    )
