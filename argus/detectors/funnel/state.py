@@ -301,26 +301,18 @@ def _recurring(
     2-core host (load 18) drew pages of healthy ranks on single steps otherwise (a 196 ms
     ``optimizer`` step of a rank at ~10 ms; a rank off the CPU for 650 ms in one
     ``forward``; two ranks' bursts in consecutive steps, named together with the straggler).
+    A small group's persistence window (:func:`_small_test`) is held back the same way until
+    its rank was named so twice within :data:`SMALL_GROUP_WINDOWS` (``.../rank/small``).
     The findings are still reported (anomaly records); they only do not make culprits.
     """
     out = []
     for f in findings:
         if _small_test(f):  # a weak window of a small group: evidence once it recurs
-            for r in f.ranks:
-                offs.setdefault(f"{f.job}/{f.group_kind}/{f.group_id}/{r}/small", set()).add(
-                    (window, window)
-                )
-            if all(
-                len(
-                    {
-                        e
-                        for e in offs[f"{f.job}/{f.group_kind}/{f.group_id}/{r}/small"]
-                        if e[0] > window - SMALL_GROUP_WINDOWS
-                    }
-                )
-                >= 2
-                for r in f.ranks
-            ):
+            small = [f"{f.job}/{f.group_kind}/{f.group_id}/{r}/small" for r in f.ranks]
+            for k in small:
+                offs.setdefault(k, set()).add((window, window))
+            recent = window - SMALL_GROUP_WINDOWS
+            if all(sum(1 for e in offs[k] if e[0] > recent) >= 2 for k in small):
                 out.append(f)
             continue
         ev = _one_off(f)
