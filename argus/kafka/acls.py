@@ -19,8 +19,10 @@ pagerduty   read alerts (group ``<prefix>.pagerduty``); write dlq
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from argus.errors import ArgusError
 from argus.topics import topic_name
@@ -159,4 +161,54 @@ def apply_acls(settings: object, rules: Iterable[AclRule], *, timeout_s: float =
             fut.result(timeout=timeout_s)
         except KafkaException as exc:
             raise AclError(f"creating ACL {binding}: {exc}") from exc
+    brokers = admin.list_topics(timeout=timeout_s).brokers.values()
+    _wait_on_every_broker(settings, [f"{b.host}:{b.port}" for b in brokers], bindings, timeout_s)
     return len(bindings)
+
+
+def _wait_on_every_broker(
+    settings: object, addresses: list[str], bindings: list[Any], timeout_s: float
+) -> None:
+    """Wait until each broker describes every binding.
+
+    With KRaft an ACL is committed to the metadata log before each broker applies it: a
+    collector that starts right after ``argus kafka acls`` was refused by a partition leader
+    that had not caught up (TOPIC_AUTHORIZATION_FAILED in a loaded 3-node cluster). A client
+    bootstrapped to one address asks that broker (sparse connections: no other is up).
+    """
+    from confluent_kafka.admin import (
+        AclBindingFilter,
+        AclOperation,
+        AclPermissionType,
+        AdminClient,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    want = {str(b) for b in bindings}
+    every = AclBindingFilter(
+        ResourceType.ANY,
+        None,
+        ResourcePatternType.ANY,
+        None,
+        None,
+        AclOperation.ANY,
+        AclPermissionType.ANY,
+    )
+    deadline = time.monotonic() + timeout_s
+    for address in addresses:
+        one = AdminClient(settings.kafka_config(**{"bootstrap.servers": address}))  # type: ignore[attr-defined]
+        while True:
+            try:
+                seen = {str(b) for b in one.describe_acls(every).result(timeout=timeout_s)}
+            except Exception:  # a broker still starting: ask again until the deadline
+                seen = set()
+            missing = want - seen
+            if not missing:
+                break
+            if time.monotonic() > deadline:
+                raise AclError(
+                    f"broker {address} still lacks {len(missing)} of {len(want)} ACL bindings "
+                    f"after {timeout_s:.0f} s (e.g. {sorted(missing)[0]})"
+                )
+            time.sleep(0.2)
