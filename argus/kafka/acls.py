@@ -186,12 +186,13 @@ def _wait_on_every_broker(
     )
 
     want = {str(b) for b in bindings}
+    anything: Any = None  # a filter's None matches any name, principal or host
     every = AclBindingFilter(
         ResourceType.ANY,
-        None,
+        anything,
         ResourcePatternType.ANY,
-        None,
-        None,
+        anything,
+        anything,
         AclOperation.ANY,
         AclPermissionType.ANY,
     )
