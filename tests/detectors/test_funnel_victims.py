@@ -118,6 +118,25 @@ def test_victims_a_window_after_their_straggler_do_not_page() -> None:
     assert [a["ranks"] for a in out.alerts if a["action"] == "trigger"] == [[646]]
 
 
+def test_a_paged_stragglers_own_lateness_is_its_symptom_while_its_page_is_open() -> None:
+    """A straggler missed in a window is still slow: its own late arrival into the next
+    collective (a 4-rank torch.profiler job's slowed rank, late into the all-reduce in the
+    windows its forward was not named) does not page as a culprit of its own while its
+    page is open, and pages once the page resolved."""
+    st, out = funnel.step(funnel.FunnelState(), [STRAGGLER])
+    assert [a["ranks"] for a in out.alerts] == [[640]]
+    own = lambda w: _late(640, ("edp", "pp2.tp0.ep0"), w=w)  # noqa: E731
+    st, _ = funnel.step(st, [])
+    st, out = funnel.step(st, [own((20, 29))])  # two windows after it was last named
+    assert [v.culprit.ranks for v in out.verdicts] == [(640,)]
+    assert out.alerts == []  # the straggler's page is open: no new page
+    # another rank's lateness two windows after the straggler was last seen still pages
+    # (test above); the straggler's own, after its page resolved, pages too
+    st = funnel.FunnelState()
+    st, out = funnel.step(st, [own((0, 9))])
+    assert [a["ranks"] for a in out.alerts if a["action"] == "trigger"] == [[640]]
+
+
 def test_peers_share_a_comparison_group_of_a_default_kind() -> None:
     def peers(a: str, b: str) -> bool:
         return _peers(_coords([a]), _coords([b]), DEFAULT_GROUPS)

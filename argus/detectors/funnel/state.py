@@ -9,7 +9,7 @@ reaches ``trigger_confidence`` or its levels or severity change, ``resolve`` aft
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -161,6 +161,9 @@ def step(
         for cs in state.culprits.values()
         if cs.groups and cs.last_window >= w - 1
     ]
+    # ranks of a compute straggler whose page is open: one missed in a window is still
+    # slow, and its own late arrivals are its symptom, not a culprit of their own
+    paged = {r for k, cs in state.culprits.items() if cs.groups and cs.active for r in _ranks(k)}
     # a rank's run of windows, whatever its phase: a straggler's bottleneck may move between
     # phases of similar excess (a nested phase and the one around it, forward and mlp) from
     # one window to the next, and it is the same straggler
@@ -191,7 +194,7 @@ def step(
             conf >= cfg.trigger_confidence
             and not _waiting_only(c)
             and not _shared_spikes_only(c)
-            and not _explained_victim(c, straggling, groups, rank_coords)
+            and not _explained_victim(c, straggling, groups, rank_coords, paged)
             and (pers >= cfg.l3_only_persistence or not (_l3_only(c) or _pair_only(c)))
         ):
             new_sig = _raise_to(sig, v)
@@ -224,6 +227,12 @@ def step(
             del culprits[key]
     kept = {k: tuple(sorted(v)[-MAX_ONE_OFFS:]) for k, v in offs.items() if v}
     return FunnelState(window=w, culprits=culprits, one_offs=kept), FunnelOutput(verdicts, alerts)
+
+
+def _ranks(dedup_key: str) -> list[int]:
+    """The ranks of a dedup key (:attr:`Culprit.dedup_key`; ``-``: none)."""
+    field = dedup_key.rsplit("/", 2)[-2] if dedup_key.count("/") >= 2 else "-"
+    return [int(r) for r in field.split(",") if r.strip().isdigit()]
 
 
 def _ranks_key(dedup_key: str) -> str:
@@ -410,17 +419,22 @@ def _explained_victim(
     straggling: Sequence[Mapping[str, int]],
     groups: Mapping[str, Sequence[str]],
     rank_coords: Mapping[int, Mapping[str, int]],
+    paged: Collection[int] = (),
 ) -> bool:
     """The culprit's only evidence is waiting (late arrivals, one rank's collective kernels)
     of ranks reachable (:func:`_reachable`: a comparison group, or one model replica) from a
     compute straggler of this window or the previous one (``straggling``: coordinates of its
-    ranks): the straggler's victim, reported but not paged. Waiting that no straggler
-    explains (a rank late on its own, a slow collective or link) still pages.
+    ranks), or of ranks of a compute straggler whose page is open (``paged``: its own
+    lateness in a window its compute was not named): the straggler's victim or symptom,
+    reported but not paged. Waiting that no straggler explains (a rank late on its own, a
+    slow collective or link) still pages.
     """
     fs = [f for f in c.findings if f.level != "L1"]
     if not fs or not all(_waiting(f) for f in fs):
         return False
     ranks = {r for f in fs for r in f.ranks}
+    if ranks <= set(paged):
+        return True
     return any(
         _reachable(rank_coords.get(r, {}), s, groups) for r in sorted(ranks) for s in straggling
     )
