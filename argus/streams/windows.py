@@ -46,13 +46,20 @@ oldest pending step closes **incomplete**), and :func:`flush` closes every pendi
 incomplete, for a driver whose key went idle in processing time (a finished or stalled job)
 and for the offline driver at the end of its input. An incomplete step names no missing
 source: who would have come is unknown.
+
+What these rules ask on every report (the partitions' watermarks and event times, how many
+sources passed a step) is kept in an index next to the state (:class:`_Index`: sorted lists
+updated as a source's watermark moves), O(log sources) per report where recomputing it was
+O(sources log sources). It is derived from the state alone and never persisted: a state read
+back from its changelog gets it rebuilt by its next report.
 """
 
 from __future__ import annotations
 
 import bisect
+import itertools
 from dataclasses import dataclass
-from typing import Literal, NotRequired, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict
 
 __all__ = [
     "LATENESS_STEPS",
@@ -144,140 +151,250 @@ def add(
     """
     step, rank = int(step), int(rank)
     state.setdefault("src", {})  # a state of the version before watermarks
+    ix = _index(state)
     closed_steps = state["closed"]
     src = str(rank)
-    if step in closed_steps or (len(closed_steps) >= _MAX_CLOSED and step < closed_steps[0]):
+    at = bisect.bisect_left(closed_steps, step)  # `closed` is ascending
+    if (at < len(closed_steps) and closed_steps[at] == step) or (
+        len(closed_steps) >= _MAX_CLOSED and at == 0
+    ):
         if int(state["src"].get(src, -1)) >= step:
             return "dup", []  # the source had passed it: a replayed record
         state["late"] = int(state["late"]) + 1  # it closed without this source
-        state["src"][src] = step
+        where = (state.get("part") or {}).get(src, "0")
+        ix.move(state, src, step, where, where)
         return "late", []
     key = str(step)
     pend = state["pending"].get(key)
     if pend is None:
         pend = state["pending"][key] = {"exp": int(expected), "got": []}
-    if rank in pend["got"]:
+        ix.open(step)
+    got = ix.got[step]
+    if rank in got:
         return "dup", []
     pend["got"].append(rank)
+    got.add(rank)
+    if src in state["src"] and int(state["src"][src]) > step:
+        ix.ahead[step] += 1  # it had passed this step already
     pend["exp"] = max(int(pend["exp"]), int(expected))
     state["newest"] = max(int(state["newest"]), step)
-    if part != "0" or src in state.setdefault("part", {}):
-        state["part"][src] = part
-    state["src"][src] = max(int(state["src"].get(src, -1)), step)
+    parts = state.setdefault("part", {})
+    was = parts.get(src, "0")
+    if part != "0" or src in parts:
+        parts[src] = part
+    ix.move(state, src, max(int(state["src"].get(src, -1)), step), was, part)
     if silent > 0:
         times = state.setdefault("t", {})
-        times[src] = max(int(times.get(src, 0)), int(t_ns))
-    return "new", _due(state, lateness, max_pending, silent, silent_ns)
+        t_new = max(int(times.get(src, 0)), int(t_ns))
+        ix.time(part, src, times.get(src), t_new)
+        times[src] = t_new
+    return "new", _due(state, ix, lateness, max_pending, silent, silent_ns)
 
 
 def flush(state: WindowState) -> list[ClosedStep]:
     """Close every pending step as incomplete (a processing-time bound or end of input)."""
-    return [_close(state, k, timed_out=False, incomplete=True) for k in _pending_steps(state)]
-
-
-def _pending_steps(state: WindowState) -> list[str]:
-    return sorted(state["pending"], key=int)
-
-
-def _due(
-    state: WindowState, lateness: int, max_pending: int, silent: int = 0, silent_ns: int = 0
-) -> list[ClosedStep]:
-    """Close the pending steps whose sources are all accounted for, in step order."""
-    out: list[ClosedStep] = []
-    order = _pending_steps(state)
-    while len(order) > max_pending:
-        out.append(_close(state, order.pop(0), timed_out=False, incomplete=True))
-    newest = max(state["src"].values())
-    watermark = _watermark(state)
-    steps = [int(k) for k in order]
-    behind = bisect.bisect_right(steps, watermark)  # pending steps at or below the watermark
-    marks = _partition_marks(state, "src") if silent > 0 else {}
-    times = _partition_marks(state, "t") if silent > 0 else {}
-    for i, k in enumerate(order):
-        pend = state["pending"][k]
-        step = steps[i]
-        got = set(pend["got"])
-        if len(got) >= pend["exp"] or (
-            newest > step  # else no source passed it
-            and len(got) + sum(1 for s, n in state["src"].items() if n > step and int(s) not in got)
-            >= pend["exp"]
-        ):
-            out.append(_close(state, k, timed_out=False))
-        elif behind - i - 1 >= lateness * (1 if len(state["src"]) >= pend["exp"] else 8):
-            # the watermark passed `lateness` newer steps; while some expected source has
-            # not reported at all (its partition not fetched yet: a late start, a restart),
-            # 8 times that
-            out.append(_close(state, k, timed_out=True))
-        elif silent > 0 and _all_silent(
-            state, pend, got, step, (marks, times), steps, i, (silent, silent_ns)
-        ):
-            out.append(_close(state, k, timed_out=True))
-        else:
-            break  # monotone: a later step is not closable either
+    out = [
+        _close(state, int(k), timed_out=False, incomplete=True)
+        for k in sorted(state["pending"], key=int)
+    ]
+    ix = _own_index(state)
+    if ix is not None:
+        ix.order.clear()
+        ix.got.clear()
+        ix.ahead.clear()
     return out
 
 
-def _partition_marks(state: WindowState, what: Literal["src", "t"]) -> dict[str, list[int]]:
-    """Per input partition, its sources' newest steps (``src``) or their event times
-    (``t``, ns), ascending."""
-    parts = state.get("part") or {}
-    by_part: dict[str, list[int]] = {}
-    for s, n in (state.get(what) or {}).items():
-        by_part.setdefault(parts.get(s, "0"), []).append(int(n))
-    return {p: sorted(v) for p, v in by_part.items()}
+class _Sources(dict[str, int]):
+    """``WindowState["src"]`` with its :class:`_Index` attached: JSON (and ``==``) see the
+    plain mapping, so the index is never persisted; a state restored from JSON holds a plain
+    dict there, and the next :func:`add` rebuilds the index from it."""
+
+    __slots__ = ("ix",)
+    ix: _Index
+
+
+class _Index:
+    """What :func:`_due` asks of a key on every report, derived from its state and kept up
+    to date by :func:`add` instead of recomputed: O(log sources) per report, not
+    O(sources log sources). Rebuilt from the state alone whenever absent or not this
+    state's (a restore, a copy)."""
+
+    __slots__ = ("ahead", "got", "marks", "order", "owner", "pending", "times", "wm")
+
+    def __init__(self, state: WindowState) -> None:
+        self.owner = id(state)
+        self.pending = state["pending"]  # identity: a replaced mapping invalidates the index
+        src = state["src"]
+        parts = state.get("part") or {}
+        self.order = sorted(int(k) for k in self.pending)  # pending steps, ascending
+        self.got = {k: set(self.pending[str(k)]["got"]) for k in self.order}
+        # per pending step: its reporters that have a newer step since
+        self.ahead = {
+            k: sum(1 for r in got if int(src.get(str(r), k)) > k) for k, got in self.got.items()
+        }
+        self.wm = sorted(int(n) for n in src.values())  # every source's watermark
+        # per input partition: (watermark, source) of its sources, ascending
+        self.marks: dict[str, list[tuple[int, str]]] = {}
+        for s, n in src.items():
+            self.marks.setdefault(parts.get(s, "0"), []).append((int(n), s))
+        # per input partition: its sources' newest event times (ns), ascending
+        self.times: dict[str, list[int]] = {}
+        for s, n in (state.get("t") or {}).items():
+            self.times.setdefault(parts.get(s, "0"), []).append(int(n))
+        for v in self.marks.values():
+            v.sort()
+        for tv in self.times.values():
+            tv.sort()
+
+    def open(self, step: int) -> None:
+        """A new pending step."""
+        bisect.insort(self.order, step)
+        self.got[step] = set()
+        self.ahead[step] = 0
+
+    def move(self, state: WindowState, src: str, mark: int, was: str, part: str) -> None:
+        """Source ``src``'s watermark becomes ``mark`` (never lower) and its partition
+        ``part`` (``was`` before); its event time follows it to the new partition."""
+        marks = state["src"]
+        old = int(marks[src]) if src in marks else None
+        if old is not None:
+            _remove(self.wm, old)
+            _remove_in(self.marks, was, (old, src))
+        bisect.insort(self.wm, mark)
+        bisect.insort(self.marks.setdefault(part, []), (mark, src))
+        marks[src] = mark
+        times = state.get("t") or {}
+        if was != part and src in times:
+            _remove_in(self.times, was, int(times[src]))
+            bisect.insort(self.times.setdefault(part, []), int(times[src]))
+        # pending steps it reported and has passed now
+        rank = int(src)
+        lo = 0 if old is None else bisect.bisect_left(self.order, old)
+        for k in self.order[lo : bisect.bisect_left(self.order, mark)]:
+            if rank in self.got[k]:
+                self.ahead[k] += 1
+
+    def time(self, part: str, src: str, old: int | None, new: int) -> None:
+        """Source ``src`` (on ``part``) has the event time ``new`` (ns), ``old`` before."""
+        if old is not None:
+            _remove_in(self.times, part, int(old))
+        bisect.insort(self.times.setdefault(part, []), new)
+
+    def passed(self, step: int) -> int:
+        """Sources that did not report ``step`` and have a newer one."""
+        return len(self.wm) - bisect.bisect_right(self.wm, step) - self.ahead[step]
+
+    def watermark(self) -> int:
+        """The key's watermark (module doc): the lowest partition's upper median."""
+        return min((v[len(v) // 2][0] for v in self.marks.values()), default=-1)
+
+
+def _remove(values: list[Any], value: Any) -> None:
+    """Remove one ``value`` from the sorted ``values``."""
+    del values[bisect.bisect_left(values, value)]
+
+
+def _remove_in(by_part: dict[str, list[Any]], part: str, value: Any) -> None:
+    """Remove one ``value`` from partition ``part``'s sorted list (dropped once empty)."""
+    _remove(by_part[part], value)
+    if not by_part[part]:
+        del by_part[part]
+
+
+def _own_index(state: WindowState) -> _Index | None:
+    """``state``'s index, if it has one of its own."""
+    ix: _Index | None = getattr(state.get("src"), "ix", None)
+    if ix is None or ix.owner != id(state) or ix.pending is not state["pending"]:
+        return None
+    return ix
+
+
+def _index(state: WindowState) -> _Index:
+    """``state``'s index, rebuilt when absent (a restored state) or not its own."""
+    ix = _own_index(state)
+    if ix is None:
+        src = _Sources(state["src"])
+        state["src"] = src
+        ix = src.ix = _Index(state)
+    return ix
+
+
+def _due(
+    state: WindowState,
+    ix: _Index,
+    lateness: int,
+    max_pending: int,
+    silent: int = 0,
+    silent_ns: int = 0,
+) -> list[ClosedStep]:
+    """Close the pending steps whose sources are all accounted for, in step order."""
+    out: list[ClosedStep] = []
+    steps = ix.order
+    while len(steps) > max_pending:
+        out.append(_close(state, steps.pop(0), timed_out=False, incomplete=True))
+        del ix.got[out[-1].step], ix.ahead[out[-1].step]
+    newest = ix.wm[-1]
+    behind = bisect.bisect_right(steps, ix.watermark())  # pending steps at or below it
+    sources = len(state["src"])
+    done = 0
+    for i, step in enumerate(steps):
+        exp = state["pending"][str(step)]["exp"]
+        got = ix.got[step]
+        if len(got) >= exp or (newest > step and len(got) + ix.passed(step) >= exp):
+            out.append(_close(state, step, timed_out=False))
+        elif behind - i - 1 >= lateness * (1 if sources >= exp else 8):
+            # the watermark passed `lateness` newer steps; while some expected source has
+            # not reported at all (its partition not fetched yet: a late start, a restart),
+            # 8 times that
+            out.append(_close(state, step, timed_out=True))
+        elif silent > 0 and _all_silent(state, ix, step, i, exp, (silent, silent_ns)):
+            out.append(_close(state, step, timed_out=True))
+        else:
+            break  # monotone: a later step is not closable either
+        done += 1
+        del ix.got[step], ix.ahead[step]
+    del steps[:done]
+    return out
 
 
 def _all_silent(
-    state: WindowState,
-    pend: PendingStep,
-    got: set[int],
-    step: int,
-    marks: tuple[dict[str, list[int]], dict[str, list[int]]],
-    steps: list[int],
-    i: int,
-    silent: tuple[int, int],
+    state: WindowState, ix: _Index, step: int, i: int, exp: int, silent: tuple[int, int]
 ) -> bool:
     """Whether every source not accounted for at ``step`` (pending index ``i``) is known and
     silent in its partition: the upper median of its partition's sources passed ``step`` by
-    ``silent[0]`` pending steps and the source's own newest event time by ``silent[1]`` ns
-    (``marks``: the partitions' steps and times). Monotone in the step, as the other rules."""
-    parts = state.get("part") or {}
-    behind = [
-        s for s, n in state["src"].items() if int(n) < step and int(s) not in got
-    ]  # known sources that neither reported nor passed it
-    passed = sum(1 for s, n in state["src"].items() if int(n) > step and int(s) not in got)
-    if not behind or len(got) + passed + len(behind) < pend["exp"]:
-        return False  # nobody to wait for (the other rules), or a source never seen
+    ``silent[0]`` pending steps and the source's own newest event time by ``silent[1]`` ns.
+    Monotone in the step, as the other rules. Checked partition by partition, the cheap
+    tests first: one failing ends it (the usual answer)."""
     own_t = state.get("t") or {}
-    for s in behind:
-        v = marks[0].get(parts.get(s, "0"), [])
-        if len(v) < 2:
-            return False  # alone on its partition: never silent
-        if bisect.bisect_right(steps, v[len(v) // 2]) - i - 1 < silent[0]:
-            return False
-        tv = marks[1].get(parts.get(s, "0"), [])
-        if tv and tv[len(tv) // 2] - int(own_t.get(s, 0)) < silent[1]:
-            return False
-    return True
-
-
-def _watermark(state: WindowState) -> int:
-    """The key's watermark: per input partition the upper median of its sources' newest
-    steps, then the lowest partition's (a partition a consumer has not caught up on holds
-    it back; one source, fast or slow, never moves it)."""
-    marks = _partition_marks(state, "src")
-    if not marks:
-        return -1
-    return min(v[len(v) // 2] for v in marks.values())
+    got = ix.got[step]
+    behind = 0  # known sources that neither reported nor passed it
+    for part, v in ix.marks.items():
+        tv = ix.times.get(part)
+        first = True
+        for _, s in itertools.islice(v, bisect.bisect_left(v, (step,))):
+            if int(s) in got:
+                continue  # (only in a state of the version before watermarks)
+            if first:
+                if len(v) < 2:
+                    return False  # alone on its partition: never silent
+                if bisect.bisect_right(ix.order, v[len(v) // 2][0]) - i - 1 < silent[0]:
+                    return False
+                first = False
+            if tv and tv[len(tv) // 2] - int(own_t.get(s, 0)) < silent[1]:
+                return False
+            behind += 1
+    # else nobody to wait for (the other rules), or a source never seen
+    return behind > 0 and len(got) + ix.passed(step) + behind >= exp
 
 
 def _close(
-    state: WindowState, key: str, *, timed_out: bool, incomplete: bool = False
+    state: WindowState, step: int, *, timed_out: bool, incomplete: bool = False
 ) -> ClosedStep:
-    pend = state["pending"].pop(key)
+    pend = state["pending"].pop(str(step))
     closed = state["closed"]
-    closed.append(int(key))
+    closed.append(step)
     closed.sort()
     if len(closed) > _MAX_CLOSED:
         del closed[: len(closed) - _MAX_CLOSED]
-    return ClosedStep(int(key), tuple(sorted(pend["got"])), int(pend["exp"]), timed_out, incomplete)
+    return ClosedStep(step, tuple(sorted(pend["got"])), int(pend["exp"]), timed_out, incomplete)
