@@ -5,7 +5,7 @@ BIN      = $(VENV)/bin
 ARGUS    = $(BIN)/argus
 EXTRAS  ?= dev,torch,hf,lightning,megatron
 
-.PHONY: setup kafka-up kafka-down topics demo test test-fast lint typecheck bench clean fuzz soak \
+.PHONY: setup kafka-up kafka-down topics demo test test-slow test-all test-fast lint typecheck bench clean fuzz soak \
         lock deps-latest chaos
 
 $(BIN)/python:
@@ -29,9 +29,15 @@ topics: kafka-up
 demo: setup ## the main job end to end: broker, workers, a faulty job, the live funnel
 	$(ARGUS) demo
 
-test: ## the whole suite (unit + integration against the real local broker)
+test: ## the normal suite: unit, property and integration tests against the real local broker (~10 min)
 	$(ARGUS) kafka up
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -m "not slow and not chaos"
+
+test-slow: ## the end-to-end and fault-injection runs marked slow (~15 min; CI runs them after `make test`)
+	$(ARGUS) kafka up
+	$(BIN)/pytest -q -m "slow and not chaos"
+
+test-all: test test-slow ## both: what CI runs
 
 test-fast: ## unit tests only (no broker)
 	$(BIN)/pytest -q -m "not kafka and not slow"
