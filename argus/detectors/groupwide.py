@@ -190,6 +190,38 @@ def group_stats(windows: Sequence[GroupWindow]) -> tuple[np.ndarray, list[GroupS
     return steps, stats, float(np.median(it)) if it.size else math.nan
 
 
+def transfer_times(durations_ns: np.ndarray, stream_kinds: Sequence[str]) -> dict[int, np.ndarray]:
+    """:func:`group_stats`'s transfer time of G same-shape groups at one step, at once.
+
+    ``durations_ns`` (G, R, P): each group's ranks' phases at that step (NaN: missing);
+    returns per collective or p2p phase index its (G,) times (NaN: no data, as ``t_ns`` of
+    a group with no rank reporting it), the same values as ``group_stats`` of each group's
+    window: the fastest rank of a collective, the median rank of a p2p phase. Groups of
+    fewer than 2 ranks have none (``{}``).
+    """
+    out: dict[int, np.ndarray] = {}
+    if durations_ns.shape[1] < 2:
+        return out
+    for j, sk in enumerate(stream_kinds):
+        if sk not in ("comm", "p2p"):
+            continue
+        x = durations_ns[:, :, j]
+        t = np.full(x.shape[0], np.nan)
+        ok = np.isfinite(x).any(axis=1)
+        if sk == "comm":
+            if ok.any():
+                t[ok] = np.nanmin(x[ok], axis=1)
+        else:
+            gaps = np.isnan(x).any(axis=1)
+            full = ok & ~gaps
+            if full.any():
+                t[full] = np.median(x[full], axis=1)
+            for g in np.flatnonzero(ok & gaps).tolist():  # as group_stats: one group a call
+                t[g] = _nanmedian(x[g][:, None], axis=0)[0]
+        out[j] = t
+    return out
+
+
 def receive_rows(
     records: Iterable[Mapping[str, object]], routing: Routing | None = None
 ) -> list[ReceiveRow]:

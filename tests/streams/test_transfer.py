@@ -97,3 +97,51 @@ def test_group_members_travel_once_and_rows_after_them_use_the_kept_ones() -> No
     assert judge(64) == with_members
     # never learned: the collectives are left out, the receives alone name no host
     assert all(k[0] != "host" for k in judge(None))
+
+
+@pytest.mark.parametrize(
+    ("scenario", "layout"),
+    [
+        ("mega-slow-nic", "dp=4,tp=4,pp=4"),
+        ("link-degradation", "dp=4,ep=2,tp=2,pp=2"),
+        ("mega-rank-stops", "dp=4,tp=2,pp=4"),
+    ],
+)
+def test_batch_rows_are_the_windows_rows(scenario: str, layout: str) -> None:
+    """The steps roles reduce batches (:func:`batch_rows`, one call per batch and phase):
+    the same rows, in the same order, as :func:`transfer_rows` of the batches' groups one
+    window at a time, also where ranks lack a phase (NaN among a group's ranks), a step is
+    missing ranks, or the batches are of several steps (the windows' path)."""
+    import random
+
+    import numpy as np
+
+    from argus.detectors.columnar import Topology, group_batches
+    from argus.routing import Routing
+    from argus.streams.roles.transfer import batch_rows, transfer_rows
+
+    run = SimRun.make(scenario, layout=layout, steps=6, seed=3, kernels=False)
+    recs = [r for t, _k, r in simulate(run) if t == "raw.steps"]
+    rnd = random.Random(5)
+    for r in recs:  # some ranks lose a phase or the whole record
+        if rnd.random() < 0.1:
+            r["phases"] = [p for p in r["phases"] if rnd.random() < 0.7]
+    recs = [r for r in recs if rnd.random() < 0.95]
+    topo = Topology(Routing.default())
+    job = recs[0]["job"]
+    gaps = 0  # groups with ranks lacking a collective or p2p phase
+    for s in [[0], [1], [4], [2, 3]]:
+        rs = [r for r in recs if r["step"] in s]
+        batches = group_batches(rs, topo, job=job)
+        wins = sorted((w for b in batches for w in b.windows()), key=lambda w: w.group_id)
+        wins.sort(key=lambda w: w.group_kind)
+        for members in (True, False):
+            rows = batch_rows(batches, rs, members=members)
+            assert rows == transfer_rows(wins, rs, members=members)
+        gaps += sum(
+            int(np.isnan(b.durations_ns[..., j]).any(axis=(1, 2)).sum())
+            for b in batches
+            for j, sk in enumerate(b.stream_kinds)
+            if sk in ("comm", "p2p")
+        )
+    assert rows and gaps

@@ -69,7 +69,7 @@ from argus.streams.roles.state import (
     StepItem,
     StepProgress,
 )
-from argus.streams.roles.transfer import TransferWindows, transfer_rows
+from argus.streams.roles.transfer import TransferWindows, batch_rows
 from argus.streams.step_digest import (
     block_key,
     block_of,
@@ -310,11 +310,6 @@ class _L2Steps:
         return out
 
 
-def _windows_of(batches: Sequence[GroupBatch]) -> list[GroupWindow]:
-    """The batches' groups as windows, in (kind, id) order."""
-    return sorted((w for b in batches for w in b.windows()), key=_group_key)
-
-
 def _trim(l2s: _L2Steps, key: str, job: str, h: BlockHistory) -> None:
     """Keep the last ``width`` steps of ``h["recent"]`` (one entry per step, in step order)
     and drop the older steps' windows from the table and the cache."""
@@ -470,12 +465,11 @@ class StepBlocks(_Tier):
                         own_b.append(b.take(mine))
                     rest = sorted(set(range(len(b.group_ids))) - set(mine))
                     up.append(batch_to_json(b.take(rest)))
-                own = _windows_of(own_b)
                 self.l2.store(
                     job, c.step, blk, [batch_to_json(b) for b in own_b], whole=(key, own_b)
                 )
-                digest["transfer"] = transfer_rows(  # the job tier compares all groups
-                    own, recs, members=not st.get("hosts_sent") or c.step % _HOSTS_EVERY == 0
+                digest["transfer"] = batch_rows(  # the job tier compares all groups
+                    own_b, recs, members=not st.get("hosts_sent") or c.step % _HOSTS_EVERY == 0
                 )
                 h["recent"].append((c.step, [blk]))
                 sent = await emit_findings(
@@ -530,10 +524,6 @@ class StepBlocks(_Tier):
                 }
             )
         return records
-
-
-def _group_key(w: GroupWindow) -> tuple[str, str]:
-    return (w.group_kind, w.group_id)
 
 
 def _split(key: str) -> tuple[str, int]:
@@ -633,8 +623,8 @@ class JobSteps(_Tier):
                 found += self._l1(job, h)
             if "l2" in self.levels:
                 found += self.l2.run(job, job, h)
-                joined = _windows_of(self.l2.joined(job, job, c.step, list(c.ranks)))
-                self.transfer.keep(job, c.step, "job", transfer_rows(joined))
+                joined = self.l2.joined(job, job, c.step, list(c.ranks))
+                self.transfer.keep(job, c.step, "job", batch_rows(joined))
                 found += self.transfer.closed(
                     job, c.step, agg["iter_ns"], (a, b), blocks_in(world, self.block_ranks)
                 )

@@ -3,11 +3,12 @@
 :mod:`argus.detectors.groupwide` compares every comparison group's *transfer time* with the
 other groups of its kind, so it needs every group of the job at once, while the rank blocks
 hold only their own groups. So each block reduces its own groups' collectives to one transfer
-time per (group, phase) and step (:func:`transfer_rows`, a few bytes a group) and sends them in
-its digest; the job tier adds the groups that span blocks (their windows are joined there
-anyway) and, when a step closes the last step of a funnel window (``funnel_window_steps``),
-judges that window with :func:`argus.detectors.groupwide.detect_stats`. The findings' window is
-the funnel's, so they join the culprits of that window.
+time per (group, phase) and step (:func:`transfer_rows`, a few bytes a group; :func:`batch_rows`
+of the columnar batches the roles hold) and sends them in its digest; the job tier adds the
+groups that span blocks (their windows are joined there anyway) and, when a step closes the
+last step of a funnel window (``funnel_window_steps``), judges that window with
+:func:`argus.detectors.groupwide.detect_stats`. The findings' window is the funnel's, so they
+join the culprits of that window.
 
 A block also reduces its ranks' pipeline receives (:func:`argus.detectors.groupwide.receive_rows`:
 per rank and p2p phase the step's shortest receive, the transfer without the wait) to one row
@@ -34,13 +35,14 @@ from typing import Any
 import numpy as np
 
 from argus.detectors import groupwide
+from argus.detectors.columnar import GroupBatch
 from argus.detectors.findings import Finding
 from argus.detectors.l2 import GroupWindow
 from argus.streams import metrics
 from argus.streams.roles.context import RoleContext
 from argus.streams.roles.state import TransferRow
 
-__all__ = ["TransferWindows", "transfer_rows"]
+__all__ = ["TransferWindows", "batch_rows", "transfer_rows"]
 
 
 RX = ">rx"  # kind suffix of a receive row
@@ -70,6 +72,45 @@ def transfer_rows(
     for kind, gid, phase, rank, stage, n, ns in groupwide.receive_rows(records):
         rows.append((kind + RX, gid, phase, [rank, stage, n], ns))
     return rows
+
+
+def batch_rows(
+    batches: Sequence[GroupBatch],
+    records: Iterable[Mapping[str, Any]] = (),
+    *,
+    members: bool = True,
+) -> list[TransferRow]:
+    """:func:`transfer_rows` of the groups of ``batches`` (:mod:`argus.detectors.columnar`,
+    one step): each batch's collectives reduced over all its groups at once
+    (:func:`argus.detectors.groupwide.transfer_times`); the same rows in the same order
+    (groups by kind and id). Batches of other than one common step take the windows' path."""
+    steps = {tuple(b.steps.tolist()) for b in batches}
+    if len(steps) > 1 or any(len(s) != 1 for s in steps):
+        wins = sorted((w for b in batches for w in b.windows()), key=_group_key)
+        return transfer_rows(wins, records, members=members)
+    keyed: list[tuple[tuple[str, str], TransferRow]] = []
+    for b in batches:
+        times = groupwide.transfer_times(b.durations_ns[:, :, 0, :], b.stream_kinds)
+        ranks = b.ranks.tolist() if times and members else []
+        for i, gid in enumerate(b.group_ids if times else ()):
+            for j, t in times.items():
+                ns = float(t[i])
+                mem = list(ranks[i]) if members else []
+                row = (b.group_kind, gid, b.phases[j], mem, ns if math.isfinite(ns) else None)
+                keyed.append(((b.group_kind, gid), row))
+    keyed.sort(key=_first)  # stable: a group's phases stay in their order
+    rows = [row for _, row in keyed]
+    for kind, gid, phase, rank, stage, n, ns in groupwide.receive_rows(records):
+        rows.append((kind + RX, gid, phase, [rank, stage, n], ns))
+    return rows
+
+
+def _group_key(w: GroupWindow) -> tuple[str, str]:
+    return (w.group_kind, w.group_id)
+
+
+def _first(x: tuple[tuple[str, str], TransferRow]) -> tuple[str, str]:
+    return x[0]
 
 
 class TransferWindows:
