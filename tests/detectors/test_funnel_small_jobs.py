@@ -170,8 +170,10 @@ def test_a_one_step_spike_of_a_rank_pages_only_when_it_recurs() -> None:
     assert _run([[spike(113)], [spike(113)], [], []]) == [[], [], [], []]
     pages = _run([[spike(13)], [], [spike(33)]])
     assert [len(p) for p in pages] == [0, 0, 1] and pages[2][0]["ranks"] == [3]
-    # a stall of more than two steps' time (a JIT compile of a new shape) pages at once
-    assert [len(p) for p in _run([[spike(113, share=2.5)]])] == [1]
+    # a stall of ten steps' time or more (a JIT compile of a new shape) pages at once; a
+    # preempted process's 5.4 steps (a 4-rank DDP job on a host at load 8) waits to recur
+    assert [len(p) for p in _run([[spike(113, share=12.0)]])] == [1]
+    assert [len(p) for p in _run([[spike(113, share=5.4)]])] == [0]
 
 
 def test_a_pair_names_only_the_rank_that_arrived_late() -> None:

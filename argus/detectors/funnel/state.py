@@ -254,11 +254,13 @@ def _l3_only(c: Culprit) -> bool:
 ONE_OFF_WINDOWS = 10
 """Windows the funnel remembers one-off events (:func:`_recurring`): a stall every ~15
 steps, or two in 50, recurs within them."""
-STALL_SHARE = 2.0
+STALL_SHARE = 10.0
 """A one-off event pages at once when its excess is at least this many median iteration
-times (the rank alone held the job for two steps or more: a ~40x ``backward`` JIT stall);
-smaller ones page when they recur (:func:`_recurring`). A process preempted on a loaded host
-reached 1.03 (650 ms in a 630 ms step of a 4-rank CPU job at load 18)."""
+times (the rank alone held the job for ten steps or more: the paper's ~40x ``backward`` JIT
+stall is ~20 steps, the simulator's 19-20); smaller ones page when they recur
+(:func:`_recurring`). A process preempted on a loaded host reached 1.03 (650 ms in a 630 ms
+step of a 4-rank CPU job at load 18), and 2.0 and 5.4 (270 ms and 720 ms in 130-150 ms
+steps, live demo and 4-rank DDP runs at load 8): 2.0, the value before, paged them."""
 MAX_ONE_OFFS = 16
 """One-off events remembered per rank and phase (only whether there are two steps matters)."""
 
