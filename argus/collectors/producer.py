@@ -36,9 +36,15 @@ error since the last acknowledged record); what is left is purged and counted.
 Delivery uses ``enable.idempotence=true`` and ``acks=all``. librdkafka's threads run at a
 lower priority than the training threads; the delivery thread, which holds the GIL, does not
 (:mod:`argus.collectors.priority`), and it paces itself: after each record it builds it sleeps
-``pace`` times that work, so the training thread, which gives the GIL up in every torch op,
-waits at most one record's work to take it back (a drain's burst of ~700 records held it for
-25-35 ms before, all of it landing on one 1.4 ms step).
+``pace`` times that work once it reaches ``pace_chunk_s`` (0.2 ms), so the training thread,
+which gives the GIL up in every torch op, waits at most that much work (or one longer
+record's) to take it back (a drain's burst of ~700 records held it for 25-35 ms before, all of
+it landing on one 1.4 ms step). A sleep per record instead (issue 22: ~270 a second on an 8 ms
+step) cost the delivery thread ~25 us of CPU per step in sleeps and GIL hand-overs.
+
+Step records come from their builder as an Avro body already (``bytes``,
+:class:`argus.schemas.step_body.StepBodyEncoder`): the codec's header goes in front, nothing
+else is done to them; the ``tap`` then sees the decoded record.
 
 Fork safety: after ``fork()`` the child's copy is dead (no thread, no librdkafka handle, which
 is not fork-safe); :meth:`submit` returns ``False`` there without touching any lock the parent
@@ -65,7 +71,8 @@ __all__ = ["RecordProducer"]
 
 log = logging.getLogger("argus.collectors.producer")
 
-Built = Mapping[str, Any] | Sequence[Mapping[str, Any]] | None
+#: what a thunk or a ``builders`` entry returns: a record, several, an Avro body, or nothing
+Built = Mapping[str, Any] | bytes | Sequence[Mapping[str, Any]] | None
 Value = Mapping[str, Any] | Callable[[], Built] | tuple[Any, ...]
 
 _LIVE: weakref.WeakSet[RecordProducer] = weakref.WeakSet()
@@ -109,9 +116,12 @@ class RecordProducer:
     unreachable_flush_s : float
         Longest flush at :meth:`close` while the broker is known unreachable (s).
     pace : float
-        After each record it builds, the delivery thread sleeps ``pace`` times that work
-        (GIL released), so a drain takes at most ``1 / (1 + pace)`` of the GIL (0: no
-        pacing; default 3: ~5,000 step records a second at most).
+        After each ``pace_chunk_s`` of work, the delivery thread sleeps ``pace`` times that
+        work (GIL released), so a drain takes at most ``1 / (1 + pace)`` of the GIL (0: no
+        pacing; default 3).
+    pace_chunk_s : float
+        Work (s, wall) the delivery thread does between two pacing sleeps; a record that
+        takes longer is followed by its own sleep.
     """
 
     def __init__(
@@ -128,6 +138,7 @@ class RecordProducer:
         max_pending: int | None = None,
         unreachable_flush_s: float = 0.25,
         pace: float = 3.0,
+        pace_chunk_s: float = 0.0002,
     ) -> None:
         from confluent_kafka import Producer
 
@@ -137,6 +148,7 @@ class RecordProducer:
         self.max_pending = max(1, min(max_records, 2048) if max_pending is None else max_pending)
         self.unreachable_flush_s = unreachable_flush_s
         self.pace = pace
+        self._chunk_ns = int(pace_chunk_s * 1e9)
         self._hurry = False  # flushing: no pacing
         self.dropped_records = 0
         self.dropped_bytes = 0
@@ -204,7 +216,7 @@ class RecordProducer:
         not be queued (closed, forked child); when the hand-over queue is full the *oldest*
         items are evicted and counted so the newest survive.
         """
-        if self._dead or self._pid != os.getpid():
+        if self._dead:  # closed, or a forked child (the at-fork hook)
             return False
         try:
             with self._lock:
@@ -254,56 +266,73 @@ class RecordProducer:
         self._drain()
 
     def _drain(self) -> None:
+        chunk = time.perf_counter_ns()
         while True:
             with self._lock:
                 if not self._queue:
                     return
                 topic, key, record, size, value, *args = self._queue.popleft()
                 self._queued_bytes -= size
-            self._deliver(topic, key, record, size, value, args)
+            chunk = self._deliver(topic, key, record, size, value, args, chunk)
 
-    def _pace(self, since_ns: int) -> None:
-        """Hand the GIL to the training thread after each record: sleep ``pace`` times the
-        work since ``since_ns`` (at least the OS's shortest sleep, ~60 us). A drain held the
-        GIL for its whole burst before (~700 records, 25-35 ms at 1.4 ms steps), and a
-        training thread that releases it in every torch op waited up to a switch interval
+    def _pace(self, chunk_ns: int) -> int:
+        """Hand the GIL to the training thread once the work since ``chunk_ns``
+        (``perf_counter_ns``) reaches ``pace_chunk_s``: sleep ``pace`` times that work (at
+        least the OS's shortest sleep, ~60 us); returns the start of the next chunk. A drain
+        held the GIL for its whole burst before (~700 records, 25-35 ms at 1.4 ms steps), and
+        a training thread that releases it in every torch op waited up to a switch interval
         (5 ms) at each re-acquisition: the burst landed on one step (27-31 ms against an off
-        p99 of 2.3-3.9 ms). Now a step waits at most one record's work per acquisition.
-        Not while closing (:meth:`flush` wants the queue empty)."""
-        if self.pace > 0 and not self._hurry:
-            time.sleep(self.pace * (time.perf_counter_ns() - since_ns) / 1e9)
+        p99 of 2.3-3.9 ms). Now a step waits at most one chunk (or one longer record) per
+        acquisition. Not while closing (:meth:`flush` wants the queue empty)."""
+        if self.pace <= 0 or self._hurry:
+            return chunk_ns
+        work = time.perf_counter_ns() - chunk_ns
+        if work < self._chunk_ns:
+            return chunk_ns
+        time.sleep(self.pace * work / 1e9)
+        return time.perf_counter_ns()
 
     def _deliver(
-        self, topic: str, key: bytes, record: str, size: int, value: Any, args: list[Any]
-    ) -> None:
+        self,
+        topic: str,
+        key: bytes,
+        record: str,
+        size: int,
+        value: Any,
+        args: list[Any],
+        chunk_ns: int,
+    ) -> int:
         """Build, encode and hand one queued item to librdkafka (delivery thread), pacing
-        after each record it makes."""
-        t0 = time.perf_counter_ns()
+        after each record it makes; returns the pacing chunk's start (:meth:`_pace`)."""
         try:
             if isinstance(value, str):
                 built = self.builders[value](*args)
             else:
                 built = value() if callable(value) else value
             if built is None:
-                self._pace(t0)
-                return
-            many: Sequence[Mapping[str, Any]] = (
+                return self._pace(chunk_ns)
+            many: Sequence[Mapping[str, Any] | bytes] = (
                 built if isinstance(built, list | tuple) else (built,)
             )
         except Exception as exc:
             self._count_failed(record, size, exc)
-            return
+            return chunk_ns
         for one in many:
             try:
-                if self.tap is not None:
-                    self.tap(record, one)
-                data = self._codec.encode(record, one)
+                if isinstance(one, bytes):  # an Avro body (step records): frame it
+                    data = self._codec.header(record) + one
+                    if self.tap is not None:
+                        self.tap(record, self._codec.decode_as(record, data))
+                else:
+                    if self.tap is not None:
+                        self.tap(record, one)
+                    data = self._codec.encode(record, one)
             except Exception as exc:
                 self._count_failed(record, size // max(len(many), 1), exc)
                 continue
             self._produce(topic, key, data)
-            self._pace(t0)
-            t0 = time.perf_counter_ns()
+            chunk_ns = self._pace(chunk_ns)
+        return chunk_ns
 
     def _count_failed(self, record: str, size: int, exc: Exception) -> None:
         self.errors += 1
@@ -410,7 +439,7 @@ class RecordProducer:
             queued, self._queue = len(self._queue), deque()
             self.dropped_records += queued
             self._queued_bytes = 0
-        self._dead = True
+            self._dead = True
         try:  # what librdkafka still holds comes back through _on_delivery, counted
             self._producer.purge(in_queue=True, in_flight=True, blocking=False)
             self._producer.poll(0)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+import weakref
 from collections.abc import Callable
 from itertools import chain
 from typing import Any
@@ -26,6 +27,7 @@ from argus.config import Settings
 from argus.routing import Routing
 from argus.schemas import pack
 from argus.schemas.kernel_parts import split_batch
+from argus.schemas.step_body import StepBodyEncoder
 from argus.topics import MAX_MESSAGE_BYTES, topic_name
 
 __all__ = ["Collector"]
@@ -34,12 +36,34 @@ log = logging.getLogger("argus.collectors")
 
 _perf = time.perf_counter_ns
 _cpu = time.thread_time_ns  # collector cost: CPU time of the training thread
+# no ``os.getpid()`` on the step path: a system call, the first of which after a torch op cost
+# ~5 us of CPU, cold, on the 2-core bench VM (issue 22); the at-fork hook closes every
+# collector in a forked child (``forked``)
+_LIVE: weakref.WeakSet[Collector] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for col in list(_LIVE):
+        col.forked()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 _wall = time.time_ns
 
 STEP_RECORD_BYTES = 256  # size hint per step record + per phase below
 PHASE_BYTES = 48
 KERNEL_BATCH_BYTES = 256 * 1024  # size hint of a kernel window before it is parsed
 MESSAGE_SLACK_BYTES = 512  # librdkafka's per-message overhead under message.max.bytes, and more
+#: ``CollectorStats`` fields in schema order (``step_record.avsc``)
+STATS_FIELDS = (
+    "overhead_ns",
+    "dropped_records",
+    "dropped_bytes",
+    "errors",
+    "queue_depth",
+    "backed_off",
+    "kernels",
+)
 
 
 def _pipeline_group_ids(settings: Settings, coords: dict[str, int]) -> dict[str, str]:
@@ -86,6 +110,7 @@ class Collector:
         self.errors = 0
         self._pid = os.getpid()
         self._closed = False
+        _LIVE.add(self)
         prefix = settings.topic_prefix
         self.topics = {
             s: topic_name(s, prefix) for s in ("raw.steps", "raw.kernels", "jobs", "control")
@@ -117,6 +142,13 @@ class Collector:
             self.clock = cuda_clock
             self._resolver = CudaResolver(cuda_clock, self._emit_resolved)
         self.timer = self.clock.timer
+        #: step records' Avro bodies, written on the delivery thread (``None``: coordinates
+        #: the encoder does not take; the codec encodes the record's dict, as it did before)
+        self._body: StepBodyEncoder | None = None
+        try:
+            self._body = StepBodyEncoder(self.job, topo.rank, topo.host, self._coords, self.timer)
+        except Exception as exc:
+            log.debug("argus collectors: step records through the codec: %r", exc)
         # channels ------------------------------------------------------------------------
         self.control = ControlState()
         self.phases_on = cfg.phases
@@ -187,7 +219,7 @@ class Collector:
     def step_begin(self, step: int | None = None) -> None:
         """Mark the start of a step (ends the previous one if still open)."""
         try:
-            if self._closed or self._pid != os.getpid():
+            if self._closed:  # a forked child is closed by the at-fork hook
                 return
             if self.in_step:
                 self.step_end()
@@ -212,7 +244,7 @@ class Collector:
         t0 = _perf()
         c0 = _cpu()
         try:
-            if not self.in_step or self._closed or self._pid != os.getpid():
+            if not self.in_step or self._closed:
                 return
             self.in_step = False
             dur = t0 - self._step_mono
@@ -269,23 +301,23 @@ class Collector:
 
     def _resolved_record(
         self, step: int, wall: int, dur: int, oh: int, covered: bool, *flat: Any
-    ) -> dict[str, Any]:
+    ) -> bytes | dict[str, Any]:
         # delivery thread: a CUDA step whose phases the resolver converted; ``flat`` holds
         # (name, kind, offset ns, duration ns) per phase, one after the other
         phases = [
             (flat[i], flat[i + 1], wall + flat[i + 2], flat[i + 3]) for i in range(0, len(flat), 4)
         ]
-        return self._record_dict(step, wall, dur, oh, phases, covered)
+        return self._step_body(step, wall, dur, oh, phases, covered)
 
     def _step_record(
         self, step: int, wall: int, mono: int, oh: int, covered: bool, dur_ns: int, *flat: Any
-    ) -> dict[str, Any]:
+    ) -> bytes | dict[str, Any]:
         # delivery thread; ``flat`` holds the PhaseItems' five values one after the other
         items: list[PhaseItem] = [flat[i : i + 5] for i in range(0, len(flat), 5)]
         phases = [(n, k, wall + (s - mono), d) for n, k, s, d in aggregate_phases(items)]
-        return self._record_dict(step, wall, dur_ns, oh, phases, covered)
+        return self._step_body(step, wall, dur_ns, oh, phases, covered)
 
-    def _record_dict(
+    def _step_body(
         self,
         step: int,
         wall: int,
@@ -293,9 +325,26 @@ class Collector:
         oh: int,
         phases: list[tuple[str, str, int, int]],
         covered: bool = False,
-    ) -> dict[str, Any]:
-        """A ``step_record``; ``covered``: a kernel batch of this rank covers the step."""
+    ) -> bytes | dict[str, Any]:
+        """A ``step_record``'s Avro body (delivery thread; ``covered``: a kernel batch of this
+        rank covers the step); the record's dict when the encoder is unavailable or refuses
+        a value, so that the codec encodes it or raises the
+        :class:`~argus.errors.EncodeError` the producer counts."""
         p = self.producer
+        stats = (
+            oh,
+            p.dropped_records,
+            p.dropped_bytes,
+            self.errors + p.errors,
+            p.queue_depth,
+            self.budget.backed_off,
+            covered,
+        )
+        if self._body is not None:
+            try:
+                return self._body.encode(step, wall, wall + dur, phases, stats)
+            except (OverflowError, TypeError, ValueError, AttributeError):
+                pass
         return {
             "job": self.job,
             "rank": self.topo.rank,
@@ -308,15 +357,7 @@ class Collector:
                 {"name": n, "stream_kind": k, "start_ns": s, "duration_ns": d, "timer": self.timer}
                 for n, k, s, d in phases
             ],
-            "collector": {
-                "overhead_ns": oh,
-                "dropped_records": p.dropped_records,
-                "dropped_bytes": p.dropped_bytes,
-                "errors": self.errors + p.errors,
-                "queue_depth": p.queue_depth,
-                "backed_off": self.budget.backed_off,
-                "kernels": covered,
-            },
+            "collector": dict(zip(STATS_FIELDS, stats, strict=True)),
         }
 
     # -- kernel windows --------------------------------------------------------------------------

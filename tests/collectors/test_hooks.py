@@ -130,7 +130,13 @@ def test_forked_child_is_inert(offline: Settings) -> None:
         try:
             with ac.step(), ac.phase("child"):
                 pass
-            os._exit(0 if ac.active() is None else 1)
+            # the parent's collector, still referenced here, stays closed (the at-fork hook,
+            # not a pid check on the step path) and queues nothing
+            emitted = col.steps_emitted
+            col.step_begin()
+            col.step_end()
+            inert = col._closed and col.steps_emitted == emitted and not col.producer._queue
+            os._exit(0 if ac.active() is None and inert else 1)
         except BaseException:
             os._exit(2)
     _, status = os.waitpid(pid, 0)

@@ -150,3 +150,35 @@ def test_profiler_windows_are_freed_without_a_full_gc() -> None:
         assert live() <= before + 1
     finally:
         gc.enable()
+
+
+def test_cpu_windows_use_the_raw_profiler_calls_and_fall_back_to_the_wrapper() -> None:
+    """CPU-op windows start and stop through torch.autograd's profiler calls (no wrapper
+    state per window); where those refuse, the window runs through torch.profiler.profile
+    and from then on the source keeps to it."""
+    torch = pytest.importorskip("torch")
+
+    from argus.collectors.kernels.profiler import ProfilerSource
+
+    src = ProfilerSource(gpu=False, max_events=100_000)
+    src.warm_up()
+    assert src._raw is not None  # this torch has them
+    m = torch.nn.Linear(8, 8)
+
+    def window() -> list[str]:
+        src.start_window()
+        m(torch.randn(2, 8)).sum().backward()
+        cols = src.end_window()()
+        assert cols is not None
+        return cols.names
+
+    m(torch.randn(2, 8)).sum().backward()  # grads exist: every window below accumulates
+    raw = window()
+
+    def refuse() -> None:
+        raise RuntimeError("no")
+
+    src._raw.start = refuse
+    wrapped = window()
+    assert src._raw is None and window() == wrapped
+    assert "aten::addmm" in raw and sorted(raw) == sorted(wrapped)

@@ -325,7 +325,14 @@ def test_a_queued_step_is_not_tracked_by_the_gc(offline: Settings) -> None:
     assert len(q) == 4
     gc.collect(0)
     assert not any(gc.is_tracked(item) for item in q)
-    built = [col.producer.builders[e[4]](*e[5:]) for e in q]  # what the delivery thread sends
+    codec = col.producer._codec
+    # what the delivery thread sends: step records' Avro bodies, framed by the codec
+    built = [
+        codec.decode_as(
+            "step_record", codec.header("step_record") + col.producer.builders[e[4]](*e[5:])
+        )
+        for e in q
+    ]
     assert [r["step"] for r in built] == [0, 1, 2, 7]
     assert [p["name"] for p in built[0]["phases"]] == ["forward"]
     assert built[3]["phases"][0]["start_ns"] == 10**18 + 100 and built[3]["end_ns"] == 10**18 + 1000

@@ -25,7 +25,11 @@ import argus.collectors as ac
 
 __all__ = ["CallbackState", "PhaseClock", "PhaseSpec", "ensure_started"]
 
-_perf = time.thread_time_ns
+#: the clock of the integrations' own time: the monotonic clock, read in user space (vDSO).
+#: The thread's CPU clock is a system call, and right after a torch op (these hooks run at
+#: the end of forward, backward, a collective...) its first read cost ~5 us of CPU, cold, on
+#: the 2-core bench VM: more than the few microseconds of work it measured (issue 22)
+_perf = time.perf_counter_ns
 
 #: named module phases, or a function of the model returning them
 PhaseSpec = Mapping[str, Iterable[Any]] | Callable[[Any], Mapping[str, Iterable[Any]]]
@@ -49,7 +53,8 @@ class PhaseClock:
 
     ``begin(name)`` marks a start, ``end(name, kind)`` adds the span ``start -> now`` as phase
     ``name`` (durations summed over a step). Errors are counted in the collector's ``errors``,
-    never raised; the time spent here is charged to the step's overhead (ns, thread CPU).
+    never raised; the time spent here is charged to the step's overhead (ns, monotonic clock:
+    these spans are microseconds of Python that do not block).
     """
 
     __slots__ = ("_open",)

@@ -11,6 +11,13 @@ Cost: while a window is open every op pays the profiler's instrumentation (~µs 
 starting/stopping costs ~1 ms; hence duty cycling (one window every N steps) and the
 overhead budget. The first start in a process initialises Kineto (seconds), so
 :meth:`warm_up` is called once at :func:`argus.collectors.start`, before training.
+
+``cpu_ops`` windows start and stop the profiler through ``torch.autograd``'s own calls
+(``_prepare_profiler``/``_enable_profiler``/``_disable_profiler``, what
+``torch.profiler.profile`` runs inside) rather than the wrapper, which also gathers the
+process group's configuration for trace metadata and builds its Python state every window
+(~0.1 ms more of the training thread's CPU per window, issue 22); where those calls are
+missing or refuse (another torch), the wrapper is used.
 """
 
 from __future__ import annotations
@@ -83,6 +90,7 @@ class ProfilerSource:
         self.max_events = max_events
         self._acts = [tp.ProfilerActivity.CPU] + ([tp.ProfilerActivity.CUDA] if gpu else [])
         self._prof: Any = None
+        self._raw: Any = None if gpu else _raw_calls(tp.ProfilerActivity.CPU)
         self.cost_per_event_ns = 0.0  # calibrated by warm_up()
         self._main_tid = threading.get_native_id()
 
@@ -112,6 +120,13 @@ class ProfilerSource:
 
     def start_window(self) -> None:
         self._main_tid = threading.get_native_id()
+        if self._raw is not None:
+            try:
+                self._raw.start()
+                self._prof = self._raw
+                return
+            except Exception:
+                self._raw = None  # the wrapper from now on
         prof = self._tp.profile(activities=self._acts)
         prof.__enter__()
         self._prof = prof
@@ -120,8 +135,18 @@ class ProfilerSource:
         prof, self._prof = self._prof, None
         if prof is None:
             return lambda: None
-        prof.__exit__(None, None, None)
         gpu, main_tid, cap = self.gpu, self._main_tid, self.max_events
+        if prof is self._raw:
+            held = [prof.stop()]
+
+            def build_raw() -> KernelColumns | None:
+                try:
+                    return _columns(held[0], gpu, main_tid, cap)
+                finally:
+                    held.clear()
+
+            return build_raw
+        prof.__exit__(None, None, None)
 
         def build() -> KernelColumns | None:
             # delivery thread; holds the GIL, so kept short: one pass of pybind getters over
@@ -141,6 +166,48 @@ class ProfilerSource:
     def close(self) -> None:
         if self._prof is not None:
             try:
-                self._prof.__exit__(None, None, None)
+                if self._prof is self._raw:
+                    self._raw.stop()
+                else:
+                    self._prof.__exit__(None, None, None)
             finally:
                 self._prof = None
+
+
+class _RawCalls:
+    """``torch.autograd``'s profiler calls for a CPU-op window (what the wrapper runs)."""
+
+    def __init__(self, autograd: Any, config: Callable[[], Any], acts: set[Any]) -> None:
+        self._ag = autograd
+        self._config = config
+        self._acts = acts
+
+    def start(self) -> None:
+        cfg = self._config()
+        self._ag._prepare_profiler(cfg, self._acts)
+        self._ag._enable_profiler(cfg, self._acts)
+
+    def stop(self) -> Any:
+        """The window's results (``_ProfilerResult``, ``events()``)."""
+        return self._ag._disable_profiler()
+
+
+def _raw_calls(cpu: Any) -> _RawCalls | None:
+    """The raw calls of this torch, or ``None`` where it lacks them."""
+    try:
+        import torch.autograd as ag
+        from torch._C._profiler import ProfilerConfig, ProfilerState, _ExperimentalConfig
+
+        if not all(hasattr(ag, f) for f in ("_prepare_profiler", "_enable_profiler")):
+            return None
+
+        def config() -> Any:
+            # (state, input shapes, memory, stack, flops, modules, experimental config)
+            return ProfilerConfig(
+                ProfilerState.KINETO, False, False, False, False, False, _ExperimentalConfig()
+            )
+
+        config()  # this torch takes these arguments
+        return _RawCalls(ag, config, {cpu})
+    except Exception:
+        return None
