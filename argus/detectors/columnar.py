@@ -226,6 +226,35 @@ class GroupBatch:
         )
 
 
+class _Groups:
+    """The groups one :func:`group_batches` call met: index by (kind, id) in first-seen order,
+    one member's coords each, event-time span (ns) and iteration time per (group, rank, step)."""
+
+    def __init__(self) -> None:
+        self.idx: dict[tuple[str, str], int] = {}
+        self.coords: list[Mapping[str, Any]] = []
+        self.span: list[list[int]] = []
+        self.iters: dict[tuple[int, int, int], float] = {}
+
+    def index(self, kind: str, gid: str, coords: Mapping[str, Any], a: int, b: int) -> int:
+        """The group's index, a new one (span ``[a, b]``) the first time."""
+        gi = self.idx.get((kind, gid))
+        if gi is None:
+            gi = self.idx[(kind, gid)] = len(self.coords)
+            self.coords.append(coords)
+            self.span.append([a, b])
+        return gi
+
+    def saw(self, gi: int, rk: int, st: int, a: int, b: int) -> None:
+        """Rank ``rk``'s step ``st`` (``[a, b]`` ns) is in group ``gi``."""
+        self.iters[(gi, rk, st)] = float(b - a)
+        sp = self.span[gi]
+        if a < sp[0]:
+            sp[0] = a
+        if b > sp[1]:
+            sp[1] = b
+
+
 def group_batches(
     records: Iterable[Mapping[str, Any]], topo: Topology, *, job: str, self_time: bool = True
 ) -> list[GroupBatch]:
@@ -246,12 +275,9 @@ def group_batches(
     from argus.detectors.inputs import nested_waits
 
     recs = records if isinstance(records, list) else list(records)
-    gidx: dict[tuple[str, str], int] = {}
-    g_coords: list[Mapping[str, Any]] = []
-    g_span: list[list[int]] = []
+    groups = _Groups()
     cols: tuple[list[int], list[int], list[int], list[str], list[float]] = ([], [], [], [], [])
     e_g, e_r, e_s, e_p, e_v = cols
-    iters: dict[tuple[int, int, int], float] = {}
     phase_kind: dict[tuple[int, str], str] = {}
     kinds_seen: set[tuple[int, int]] = set()  # (group, layout) whose phase kinds are noted
     done: set[tuple[int, int]] = set()
@@ -261,18 +287,11 @@ def group_batches(
         coords = rec.get("coords") or {}
         gids = topo.gids(coords)
         phases = rec["phases"]
-        lay = topo.layout(tuple((ph["name"], ph.get("stream_kind", "compute")) for ph in phases))
+        lay = topo.layout(tuple([(ph["name"], ph.get("stream_kind", "compute")) for ph in phases]))
         if lay.repeats:
             return _group_batches(recs, topo, job=job, self_time=self_time)
-        dist = []
-        for j, kind in enumerate(lay.kinds):
-            key = (kind, gids[kind])
-            gi = gidx.get(key)
-            if gi is None:
-                gi = gidx[key] = len(g_coords)
-                g_coords.append(coords)
-                g_span.append([a, b])
-            dist.append(gi)
+        dist = [groups.index(kind, gids[kind], coords, a, b) for kind in lay.kinds]
+        for j, gi in enumerate(dist):
             if (gi, lay.id) not in kinds_seen:
                 kinds_seen.add((gi, lay.id))
                 for name, sk in lay.phases_of[j]:
@@ -297,17 +316,11 @@ def group_batches(
             )
         else:
             e_v.extend([float(d) for d in durs])
-        it = float(b - a)
         for gi in dist:
-            iters[(gi, rk, st)] = it
-            sp = g_span[gi]
-            if a < sp[0]:
-                sp[0] = a
-            if b > sp[1]:
-                sp[1] = b
+            groups.saw(gi, rk, st, a, b)
     if not e_v:
         return []
-    return _assemble(job, gidx, g_coords, g_span, cols, iters, phase_kind)
+    return _assemble(job, groups, cols, phase_kind)
 
 
 def _group_batches(
@@ -316,13 +329,10 @@ def _group_batches(
     """:func:`group_batches` in general: every cell summed one at a time."""
     from argus.detectors.inputs import nested_waits
 
-    gidx: dict[tuple[str, str], int] = {}
-    g_coords: list[Mapping[str, Any]] = []
-    g_span: list[list[int]] = []
+    groups = _Groups()
     cells: dict[tuple[int, int, int, str], int] = {}  # -> entry
     cols: tuple[list[int], list[int], list[int], list[str], list[float]] = ([], [], [], [], [])
     e_g, e_r, e_s, e_p, e_v = cols
-    iters: dict[tuple[int, int, int], float] = {}
     phase_kind: dict[tuple[int, str], str] = {}
     kind_of = topo.kind_of
     for rec in records:
@@ -336,12 +346,7 @@ def _group_batches(
         for ph in phases:
             name, sk, dur = ph["name"], ph.get("stream_kind", "compute"), ph.get("duration_ns")
             kind = kind_of(name, sk)
-            key = (kind, gids[kind])
-            gi = gidx.get(key)
-            if gi is None:
-                gi = gidx[key] = len(g_coords)
-                g_coords.append(coords)
-                g_span.append([a, b])
+            gi = groups.index(kind, gids[kind], coords, a, b)
             if dur is None or dur < 0:
                 raise DetectorInputError(
                     f"step_record {job}/{rk} step {st}: phase {name!r} has "
@@ -362,27 +367,20 @@ def _group_batches(
                 phase_kind[(gi, name)] = sk
             if gi not in seen:
                 seen.add(gi)
-                iters[(gi, rk, st)] = float(b - a)
-                sp = g_span[gi]
-                if a < sp[0]:
-                    sp[0] = a
-                if b > sp[1]:
-                    sp[1] = b
+                groups.saw(gi, rk, st, a, b)
     if not e_v:
         return []
-    return _assemble(job, gidx, g_coords, g_span, cols, iters, phase_kind)
+    return _assemble(job, groups, cols, phase_kind)
 
 
 def _assemble(
     job: str,
-    gidx: dict[tuple[str, str], int],
-    g_coords: list[Mapping[str, Any]],
-    g_span: list[list[int]],
+    met: _Groups,
     cols: tuple[list[int], list[int], list[int], list[str], list[float]],
-    iters: dict[tuple[int, int, int], float],
     phase_kind: dict[tuple[int, str], str],
 ) -> list[GroupBatch]:
     """The arrays of :func:`group_batches` from its cells (numpy, no loop over cells)."""
+    gidx, g_coords, g_span, iters = met.idx, met.coords, met.span, met.iters
     uniq, ph = np.unique(np.array(cols[3]), return_inverse=True)
     names: list[str] = uniq.tolist()
     name_id = {n: i for i, n in enumerate(names)}
