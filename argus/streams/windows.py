@@ -49,9 +49,9 @@ source: who would have come is unknown.
 
 What these rules ask on every report (the partitions' watermarks and event times, how many
 sources passed a step) is kept in an index next to the state (:class:`_Index`: sorted lists
-updated as a source's watermark moves), O(log sources) per report where recomputing it was
-O(sources log sources). It is derived from the state alone and never persisted: a state read
-back from its changelog gets it rebuilt by its next report.
+updated as a source's watermark moves), a few bisections and list inserts per report where
+recomputing it sorted every source. It is derived from the state alone and never persisted:
+a state read back from its changelog gets it rebuilt by its next report.
 """
 
 from __future__ import annotations
@@ -216,8 +216,8 @@ class _Sources(dict[str, int]):
 
 class _Index:
     """What :func:`_due` asks of a key on every report, derived from its state and kept up
-    to date by :func:`add` instead of recomputed: O(log sources) per report, not
-    O(sources log sources). Rebuilt from the state alone whenever absent or not this
+    to date by :func:`add` instead of recomputed (bisections and list inserts per report,
+    not a sort of every source). Rebuilt from the state alone whenever absent or not this
     state's (a restore, a copy)."""
 
     __slots__ = ("ahead", "got", "marks", "order", "owner", "pending", "times", "wm")
