@@ -74,6 +74,23 @@ def test_unexplained_l1_is_a_job_culprit() -> None:
     assert [(c.group_kind, c.kind, c.ranks) for c in cs] == [("job", "jitter", ())]
 
 
+def test_a_job_wide_regression_pages_once_it_lasts() -> None:
+    """An L1 regression no rank explains pages "the whole job" from its third consecutive
+    window (``l3_only_persistence``), not for one window of a host's other tenants."""
+    reg = dataclasses.replace(_l1(w=(0, 9)), score=4.0, observed=480.0, baseline=170.0)
+    st, pages = funnel.FunnelState(), []
+    for k in range(4):
+        w = (10 * k, 10 * k + 9)
+        st, out = funnel.step(
+            st, [dataclasses.replace(reg, window_start_step=w[0], window_end_step=w[1])]
+        )
+        pages.append([a["ranks"] for a in out.alerts if a["action"] == "trigger"])
+    assert pages == [[], [], [[]], []]
+    # one window of it, then quiet: no page
+    _st, out = funnel.step(funnel.FunnelState(), [reg])
+    assert out.verdicts and not out.alerts
+
+
 def test_a_step_time_spike_supports_only_the_culprit_that_made_it() -> None:
     """An L1 spike at step 3 is not evidence for a straggler that merely shares the window
     (a noise finding pushed over the trigger by an unrelated spike, issue 18 item 3); it is

@@ -82,8 +82,11 @@ def test_a_straggler_whose_phase_moves_between_windows_persists() -> None:
     assert [p[0]["persistence"] for p in pages[1:]] == [2, 3]
 
 
-def _burst(rank: int, step: int, phase: str = "optimizer", ranks: tuple[int, ...] = ()) -> Finding:
-    """L2's straggler finding of one step beyond noise (the ``burst`` test) at ``step``."""
+def _burst(
+    rank: int, step: int, phase: str = "optimizer", ranks: tuple[int, ...] = (), share: float = 1.5
+) -> Finding:
+    """L2's straggler finding of one step beyond noise (the ``burst`` test) at ``step``, its
+    excess ``share`` median iteration times."""
     named = ranks or (rank,)
     return Finding(
         job="j",
@@ -103,6 +106,7 @@ def _burst(rank: int, step: int, phase: str = "optimizer", ranks: tuple[int, ...
             "role": "compute",
             "test": json.dumps({str(r): "burst" for r in named}),
             "burst_at": json.dumps({str(r): [step + (r != rank)] for r in named}),
+            "burst_share": json.dumps({str(r): share for r in named}),
             "bottleneck": json.dumps(list(named)),
             "n_ranks": "4",
         },
@@ -115,6 +119,16 @@ def test_a_one_step_burst_pages_only_when_it_recurs() -> None:
     # the same rank and phase again 30 steps later: a recurring stall, paged
     pages = _run([[_burst(0, 21)], [], [], [_burst(0, 51)]])
     assert [len(p) for p in pages] == [0, 0, 0, 1] and pages[3][0]["ranks"] == [0]
+    # events under a step each (a preempted rank of a loaded host: 0.5 and 0.9 of a step,
+    # 35 steps apart) page at the third, not the second
+    small = [
+        [_burst(0, 21, share=0.5)],
+        [],
+        [_burst(0, 41, share=0.9)],
+        [],
+        [_burst(0, 61, share=0.6)],
+    ]
+    assert [len(p) for p in _run(small)] == [0, 0, 0, 0, 1]
     # one step each of two ranks, named together beside the real straggler: only it pages
     straggler = l2_finding((2,), ("dp", "all"), w=(80, 83))
     (page,) = _run([[straggler, _burst(2, 80, ranks=(1, 2))]])[0]

@@ -195,7 +195,10 @@ def step(
             and not _waiting_only(c)
             and not _shared_spikes_only(c)
             and not _explained_victim(c, straggling, groups, rank_coords, paged)
-            and (pers >= cfg.l3_only_persistence or not (_l3_only(c) or _pair_only(c)))
+            and (
+                pers >= cfg.l3_only_persistence
+                or not (_l3_only(c) or _pair_only(c) or _job_regression_only(c))
+            )
         ):
             new_sig = _raise_to(sig, v)
             if not active or new_sig != sig:
@@ -261,6 +264,11 @@ stall is ~20 steps, the simulator's 19-20); smaller ones page when they recur
 (:func:`_recurring`). A process preempted on a loaded host reached 1.03 (650 ms in a 630 ms
 step of a 4-rank CPU job at load 18), and 2.0 and 5.4 (270 ms and 720 ms in 130-150 ms
 steps, live demo and 4-rank DDP runs at load 8): 2.0, the value before, paged them."""
+RECUR_SHARE = 1.0
+"""A one-off event that held the job a median step or more recurs at its second event (a
+1.5 s data-loading stall in 880 ms steps: 1.7, every ~15 steps); smaller ones at their third
+(:func:`_recurs`): a healthy rank of a 4-rank DDP job on a host at load 7 had two bursts of
+``attention`` 35 steps apart (0.5 and 0.9 of a step), preempted, and paged."""
 MAX_ONE_OFFS = 16
 """One-off events remembered per rank and phase (only whether there are two steps matters)."""
 
@@ -273,11 +281,23 @@ def _per_rank(f: Finding, key: str) -> dict[str, Any]:
     return v if isinstance(v, dict) else {}
 
 
-def _stall(f: Finding, rank: int) -> bool:
-    """The one-off finding's event of ``rank`` is a stall of :data:`STALL_SHARE` steps or more
-    (``evidence["step_share"]`` of a spike, ``["burst_share"]`` of a burst)."""
+def _share(f: Finding, rank: int) -> float:
+    """The one-off finding's event of ``rank`` in median iteration times
+    (``evidence["step_share"]`` of a spike, ``["burst_share"]`` of a burst; 0 if absent)."""
     share = _per_rank(f, "step_share" if f.kind == "jitter" else "burst_share").get(str(rank))
-    return isinstance(share, (int, float)) and share >= STALL_SHARE
+    return float(share) if isinstance(share, (int, float)) else 0.0
+
+
+def _stall(f: Finding, rank: int) -> bool:
+    """The one-off finding's event of ``rank`` is a stall of :data:`STALL_SHARE` steps or more."""
+    return _share(f, rank) >= STALL_SHARE
+
+
+def _recurs(f: Finding, rank: int, steps: int) -> bool:
+    """``rank``'s one-off events (``steps`` distinct steps remembered, this finding's
+    included) recur: a stall (:func:`_stall`); two events when this one cost the job
+    :data:`RECUR_SHARE` steps or more; else three."""
+    return _stall(f, rank) or steps >= 3 or (steps >= 2 and _share(f, rank) >= RECUR_SHARE)
 
 
 def _one_off(f: Finding) -> dict[int, list[int]] | None:
@@ -301,7 +321,8 @@ def _recurring(
 ) -> list[Finding]:
     """``findings`` without the one-off ones (:func:`_one_off`) that did not recur: a one-off
     finding is evidence only when each of its ranks had one-off events in two different
-    steps of the same group and phase within :data:`ONE_OFF_WINDOWS` windows, or the event
+    steps of the same group and phase within :data:`ONE_OFF_WINDOWS` windows, the later
+    costing the job :data:`RECUR_SHARE` steps or more (else three such steps), or the event
     was a stall of :data:`STALL_SHARE` steps or more (``offs``:
     ``job/group_kind/group_id/rank/phase`` -> ``(window, step)``, updated in place with this
     ``window``'s).
@@ -334,9 +355,20 @@ def _recurring(
         for r, steps in ev.items():
             if r in keys:
                 offs.setdefault(keys[r], set()).update((window, s) for s in steps)
-        if all(_stall(f, r) or len({s for _, s in offs.get(k, ())}) >= 2 for r, k in keys.items()):
+        if all(_recurs(f, r, len({s for _, s in offs.get(k, ())})) for r, k in keys.items()):
             out.append(f)
     return out
+
+
+def _job_regression_only(c: Culprit) -> bool:
+    """The culprit is only L1 step-time regressions no rank, group or host explains (a job
+    culprit): like an L3-only culprit, it pages once it lasted ``l3_only_persistence``
+    consecutive windows. A healthy CPU DDP job on a host at load 7-9 slowed 2.8-5.3x for
+    8-17 steps while other tenants took the cores (one window each, three runs of 16), and
+    paged "the whole job"; a job-wide regression that lasts still pages."""
+    return bool(c.findings) and all(
+        f.level == "L1" and f.kind == "regression" and not f.ranks for f in c.findings
+    )
 
 
 def _pair_only(c: Culprit) -> bool:
