@@ -41,7 +41,7 @@ def test_ddp_demo_straggler_mlp(prefixed: Settings, tmp_path: Path) -> None:
             "--straggler-rank",
             "2",
             "--slowdown",
-            "4",
+            "8",
             "--kernels-period-steps",
             "8",
             "--out",
@@ -71,8 +71,9 @@ def test_ddp_demo_straggler_mlp(prefixed: Settings, tmp_path: Path) -> None:
     others = [r for r in range(world) if r != 2]
     mlp_others = statistics.median(med[r]["mlp"] for r in others)
     att_others = statistics.median(med[r]["attention"] for r in others)
-    # 4x its *own* MLP time; against the others' it came out 2.5x-4x on 2 shared cores (4 ranks
-    # contend, and the straggler's sleep frees CPU for them), so the bar leaves that margin
+    # 8x its *own* MLP time; against the others' it comes out lower on 2 shared cores (4 ranks
+    # contend: the others' MLP is stretched, the straggler's own compute less so while it
+    # sleeps): at 4x it came out 1.4x-4x at load 5-9 and failed 1 run in 4, hence 8x
     assert med[2]["mlp"] > 2.0 * mlp_others, med
     assert med[2]["mlp"] > 1.5 * max(med[r]["mlp"] for r in others), med
     assert med[2]["attention"] < 2.0 * att_others, med  # only the MLP is slowed
