@@ -6,7 +6,9 @@ one :class:`~argus.detectors.l2.GroupWindow` object per group:
 * :func:`group_batches` - one step's (or window's) step rows -> :class:`GroupBatch` es, the
   groups of one kind and one shape (ranks x steps x phases) stacked; the windows of
   ``[w for b in batches for w in b.windows()]`` sorted by (kind, id) are exactly
-  :func:`argus.detectors.inputs.group_windows` of the same records;
+  :func:`argus.detectors.inputs.group_windows` of the same records; :func:`cell_batches`
+  the same of the step cells (:data:`Cell`, phases as tuples) the roles store, read as they
+  are (no phase dicts, the self time one numpy pass per phase layout);
 * :func:`join_steps` - batches of the last few steps -> the sliding window's batches
   (concatenated along steps), or None when a group changed shape (the caller then merges
   windows the general way);
@@ -24,6 +26,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -37,10 +40,13 @@ from argus.errors import DetectorInputError
 from argus.routing import Routing, group_span
 
 __all__ = [
+    "Cell",
     "GroupBatch",
     "Topology",
     "batch_from_json",
     "batch_to_json",
+    "cell_batches",
+    "cell_records",
     "detect_batches",
     "group_batches",
     "join_blocks",
@@ -117,6 +123,9 @@ class _Layout:
         ]
         self.names = [name for name, _sk in phases]
         self.repeats = len(set(self.names)) < len(self.names)
+        # the self time's inputs: positions of the p2p phases and of the compute phases
+        self.p2p = [i for i, (_n, sk) in enumerate(phases) if sk == "p2p"]
+        self.compute = [i for i, (_n, sk) in enumerate(phases) if sk == "compute"]
 
 
 class _Lazy(dict[str, str]):
@@ -255,72 +264,164 @@ class _Groups:
             sp[1] = b
 
 
+Cell = tuple[int, int, int, int, Mapping[str, Any], Sequence[Sequence[Any]]]
+"""One rank's step as the steps roles keep it: ``(rank, step, start ns, end ns, coords,
+phases)``, each phase ``(name, stream kind, duration ns, start ns)`` (a 3-tuple: the step's
+start)."""
+
+
 def group_batches(
     records: Iterable[Mapping[str, Any]], topo: Topology, *, job: str, self_time: bool = True
 ) -> list[GroupBatch]:
     """L2 inputs of ``records`` (one job's step records, phases as dicts), batched by group
-    kind and shape.
+    kind and shape: :func:`cell_batches` of their cells.
 
     The columnar form of :func:`argus.detectors.inputs.group_windows` (same values: phases of
     one name in one rank's step summed, compute phases on their self time), sorted by
-    (kind, shape); each batch's groups by id. Records of one phase layout and one coords
-    share their routing (computed once); a rank's step seen twice, or a phase name twice in
-    one record, takes the general path (cells summed one at a time).
+    (kind, shape); each batch's groups by id.
 
     Raises
     ------
     DetectorInputError
         A phase with a negative or missing duration.
     """
-    from argus.detectors.inputs import nested_waits
-
     recs = records if isinstance(records, list) else list(records)
+    cells: list[Cell] = []
+    for rec in recs:
+        phases = rec["phases"]
+        if any(ph.get("duration_ns") is None or "start_ns" not in ph for ph in phases):
+            return _group_batches(recs, topo, job=job, self_time=self_time)  # it decides
+        cells.append(
+            (
+                int(rec["rank"]),
+                int(rec["step"]),
+                int(rec["start_ns"]),
+                int(rec["end_ns"]),
+                rec.get("coords") or {},
+                [
+                    (
+                        ph["name"],
+                        ph.get("stream_kind", "compute"),
+                        ph["duration_ns"],
+                        ph["start_ns"],
+                    )
+                    for ph in phases
+                ],
+            )
+        )
+    return cell_batches(cells, topo, job=job, self_time=self_time)
+
+
+def cell_records(job: str, cells: Iterable[Cell]) -> list[dict[str, Any]]:
+    """``cells`` as step records (phases as dicts), as :func:`group_windows` reads them."""
+    return [
+        {
+            "job": job,
+            "rank": rk,
+            "step": st,
+            "start_ns": a,
+            "end_ns": b,
+            "coords": coords,
+            "phases": [  # each phase's own start: the self time needs it
+                {
+                    "name": ph[0],
+                    "stream_kind": ph[1],
+                    "duration_ns": ph[2],
+                    "start_ns": ph[3] if len(ph) > 3 else a,
+                }
+                for ph in phases
+            ],
+        }
+        for rk, st, a, b, coords, phases in cells
+    ]
+
+
+def cell_batches(
+    cells: Sequence[Cell], topo: Topology, *, job: str, self_time: bool = True
+) -> list[GroupBatch]:
+    """:func:`group_batches` of one job's step cells (:data:`Cell`), read as they are stored.
+
+    Cells of one phase layout and one coords share their routing (computed once); a rank's
+    step seen twice, or a phase name twice in one cell, takes the general path (cells
+    summed one at a time, :func:`cell_records`).
+
+    Raises
+    ------
+    DetectorInputError
+        A phase with a negative or missing duration.
+    """
     groups = _Groups()
     cols: tuple[list[int], list[int], list[int], list[str], list[float]] = ([], [], [], [], [])
     e_g, e_r, e_s, e_p, e_v = cols
     phase_kind: dict[tuple[int, str], str] = {}
     kinds_seen: set[tuple[int, int]] = set()  # (group, layout) whose phase kinds are noted
     done: set[tuple[int, int]] = set()
-    for rec in recs:
-        rk, st = int(rec["rank"]), int(rec["step"])
-        a, b = int(rec["start_ns"]), int(rec["end_ns"])
-        coords = rec.get("coords") or {}
+    # layout id -> its cells' first entries, phase starts and durations (ns): the self time
+    nest: dict[int, tuple[_Layout, list[int], list[list[Any]], list[Any]]] = {}
+    gidx, iters, span = groups.idx, groups.iters, groups.span
+    for rk, st, a, b, coords, phases in cells:
         gids = topo.gids(coords)
-        phases = rec["phases"]
-        lay = topo.layout(tuple([(ph["name"], ph.get("stream_kind", "compute")) for ph in phases]))
-        if lay.repeats:
-            return _group_batches(recs, topo, job=job, self_time=self_time)
-        dist = [groups.index(kind, gids[kind], coords, a, b) for kind in lay.kinds]
+        lay = topo.layout(tuple([(ph[0], ph[1]) for ph in phases]))
+        if lay.repeats or (rk, st) in done:
+            return _group_batches(cell_records(job, cells), topo, job=job, self_time=self_time)
+        done.add((rk, st))
+        dist: list[int] = []  # the record's group per kind of its layout
+        for kind in lay.kinds:
+            gi = gidx.get((kind, gids[kind]))
+            dist.append(groups.index(kind, gids[kind], coords, a, b) if gi is None else gi)
         for j, gi in enumerate(dist):
             if (gi, lay.id) not in kinds_seen:
                 kinds_seen.add((gi, lay.id))
                 for name, sk in lay.phases_of[j]:
                     if (gi, name) not in phase_kind:
                         phase_kind[(gi, name)] = sk
-        gis = [dist[j] for j in lay.slot]
-        names = lay.names
-        if (rk, st) in done:
-            return _group_batches(recs, topo, job=job, self_time=self_time)
-        done.add((rk, st))
-        durs = [ph.get("duration_ns") for ph in phases]
-        if any(d is None or d < 0 for d in durs):
-            return _group_batches(recs, topo, job=job, self_time=self_time)  # it raises
-        nested = nested_waits(phases) if self_time else {}
-        e_g.extend(gis)
-        e_r.extend([rk] * len(gis))
-        e_s.extend([st] * len(gis))
-        e_p.extend(names)
-        if nested:  # (0.0 + dur) - nested, as group_windows sums
-            e_v.extend(
-                [float(d) - nested.get(id(ph), 0.0) for d, ph in zip(durs, phases, strict=True)]
-            )
-        else:
-            e_v.extend([float(d) for d in durs])
-        for gi in dist:
-            groups.saw(gi, rk, st, a, b)
+        durs = [ph[2] for ph in phases]
+        if any(d is None or d < 0 for d in durs):  # the general path raises
+            return _group_batches(cell_records(job, cells), topo, job=job, self_time=self_time)
+        n = len(durs)
+        e_g.extend([dist[j] for j in lay.slot])
+        e_r.extend([rk] * n)
+        e_s.extend([st] * n)
+        e_p.extend(lay.names)
+        if self_time and lay.p2p and lay.compute:  # self time: after the loop, per layout
+            _l, at, starts, ds = nest.get(lay.id) or nest.setdefault(lay.id, (lay, [], [], []))
+            at.append(len(e_v))
+            starts.append([ph[3] if len(ph) > 3 else a for ph in phases])
+            ds.append(durs)
+        e_v.extend([float(d) for d in durs])
+        it = float(b - a)
+        for gi in dist:  # groups.saw(gi, rk, st, a, b)
+            iters[(gi, rk, st)] = it
+            sp = span[gi]
+            if a < sp[0]:
+                sp[0] = a
+            if b > sp[1]:
+                sp[1] = b
     if not e_v:
         return []
+    if nest:
+        val = np.array(e_v, dtype=np.float64)
+        for lay_n, at, starts, ds in nest.values():
+            _self_times(val, lay_n, at, starts, ds)
+        return _assemble(job, groups, (e_g, e_r, e_s, e_p, val), phase_kind)
     return _assemble(job, groups, cols, phase_kind)
+
+
+def _self_times(
+    val: np.ndarray, lay: _Layout, at: list[int], starts: list[list[Any]], durs: list[Any]
+) -> None:
+    """Subtract from each compute phase's value in ``val`` (its duration, ns) the p2p time
+    nested inside it: :func:`argus.detectors.inputs.nested_waits` of the cells of layout
+    ``lay`` whose entries start at ``at``, phases starting at ``starts`` and lasting
+    ``durs`` (ns), all at once; the same values as ``group_windows`` gives."""
+    s = np.array(starts, dtype=np.int64)
+    d = np.array(durs, dtype=np.int64)
+    e = s + d
+    c, w = lay.compute, lay.p2p
+    overlap = np.minimum(e[:, c, None], e[:, None, w]) - np.maximum(s[:, c, None], s[:, None, w])
+    nested = np.minimum(np.clip(overlap, 0, None).sum(axis=2), d[:, c])
+    pos = np.asarray(at, dtype=np.int64)[:, None] + np.asarray(c, dtype=np.int64)[None, :]
+    val[pos] -= nested.astype(np.float64)
 
 
 def _group_batches(
@@ -376,65 +477,70 @@ def _group_batches(
 def _assemble(
     job: str,
     met: _Groups,
-    cols: tuple[list[int], list[int], list[int], list[str], list[float]],
+    cols: tuple[list[int], list[int], list[int], list[str], list[float] | np.ndarray],
     phase_kind: dict[tuple[int, str], str],
 ) -> list[GroupBatch]:
     """The arrays of :func:`group_batches` from its cells (numpy, no loop over cells)."""
     gidx, g_coords, g_span, iters = met.idx, met.coords, met.span, met.iters
-    uniq, ph = np.unique(np.array(cols[3]), return_inverse=True)
-    names: list[str] = uniq.tolist()
+    names: list[str] = sorted(set(cols[3]))
     name_id = {n: i for i, n in enumerate(names)}
+    ph = np.array([name_id[n] for n in cols[3]], dtype=np.int64)
     g = np.array(cols[0], dtype=np.int64)
     rk = np.array(cols[1], dtype=np.int64)
     st = np.array(cols[2], dtype=np.int64)
-    ph = ph.astype(np.int64).ravel()
     val = np.array(cols[4], dtype=np.float64)
     n_g = len(g_coords)
-    r_pos, r_n, _r_vals, r_u, r_first = _positions(g, rk, n_g)
-    s_pos, _s_n, s_vals, _u, _f = _positions(g, st, n_g)
-    p_pos, _p_n, p_vals, _u, _f = _positions(g, ph, n_g)
-    # each group's signature: its kind, its shape and its phases (their stream kinds as
-    # phase_kind has them, in the same name order as p_vals)
+    r_pos, r_n, r_u, r_first = _positions(g, rk, n_g)
+    s_pos, s_n, s_u, s_first = _positions(g, st, n_g)
+    p_pos = _positions(g, ph, n_g)[0]
+    # each group's signature, one row: its kind, its ranks' count, its steps (0/1 per step
+    # met) and its phases (per phase name: 0, or 1 + the stream kind's id phase_kind has)
     sk_names = sorted(set(phase_kind.values()))
-    sk_id = {k: i for i, k in enumerate(sk_names)}
+    sk_id = {k: i + 1 for i, k in enumerate(sk_names)}
     pk = np.array([(gi, name_id[n], sk_id[k]) for (gi, n), k in phase_kind.items()], dtype=np.int64)
-    pk = pk[np.lexsort((pk[:, 1], pk[:, 0]))]
-    sk_cut = np.searchsorted(pk[:, 0], np.arange(n_g + 1)).tolist()
-    sk_col = pk[:, 2]
-    groups: dict[tuple[Any, ...], list[int]] = {}
-    for (kind, _gid), gi in sorted(gidx.items()):  # (kind, gid) order
-        sig = (
-            kind,
-            int(r_n[gi]),
-            s_vals[gi].tobytes(),
-            p_vals[gi].tobytes(),
-            sk_col[sk_cut[gi] : sk_cut[gi + 1]].tobytes(),
-        )
-        groups.setdefault(sig, []).append(gi)
-    # slot of each group inside its batch
-    slot = np.zeros(n_g, dtype=np.int64)
-    batch_of = np.zeros(n_g, dtype=np.int64)
-    sigs = list(groups)
-    for bi, sig in enumerate(sigs):
-        mem = np.asarray(groups[sig], dtype=np.int64)
+    in_order = sorted(gidx.items())  # (kind, gid) order
+    kind_id = {k: i for i, k in enumerate(sorted({k for (k, _g), _i in in_order}))}
+    by_order = np.array([gi for _k, gi in in_order], dtype=np.int64)
+    step_u, step_i = np.unique(st, return_inverse=True)
+    n_s = step_u.size
+    sig = np.zeros((n_g, 2 + n_s + len(names)), dtype=np.int64)
+    sig[by_order, 0] = [kind_id[k] for (k, _g), _i in in_order]
+    sig[:, 1] = r_n
+    sig[g, 2 + step_i.ravel()] = 1
+    sig[pk[:, 0], 2 + n_s + pk[:, 1]] = pk[:, 2]
+    # batches in the order of their first group, (kind, gid) order inside each
+    _u, at, inv = np.unique(sig[by_order], axis=0, return_index=True, return_inverse=True)
+    rank = np.empty(at.size, dtype=np.int64)
+    rank[np.argsort(at, kind="stable")] = np.arange(at.size)
+    b_sorted = rank[inv.ravel()]
+    by_batch = np.argsort(b_sorted, kind="stable")
+    cuts = np.searchsorted(b_sorted[by_batch], np.arange(at.size + 1)).tolist()
+    batch_of = np.empty(n_g, dtype=np.int64)
+    batch_of[by_order] = b_sorted
+    slot = np.empty(n_g, dtype=np.int64)
+    groups: list[list[int]] = []
+    for bi in range(at.size):
+        mem = by_order[by_batch[cuts[bi] : cuts[bi + 1]]]
         slot[mem] = np.arange(mem.size)
-        batch_of[mem] = bi
+        groups.append(mem.tolist())
     eb = batch_of[g]
-    ik = list(iters)
-    ie = np.array(ik, dtype=np.int64).reshape(-1, 3)
-    iv = np.fromiter(iters.values(), dtype=np.float64, count=len(ik))
+    n_i = len(iters)
+    ie = np.fromiter(chain.from_iterable(iters), dtype=np.int64, count=3 * n_i).reshape(-1, 3)
+    iv = np.fromiter(iters.values(), dtype=np.float64, count=n_i)
     gid_of = {gi: gid for (_k, gid), gi in gidx.items()}
     spans = np.array(g_span, dtype=np.int64).reshape(-1, 2)
     r_low = r_u & 0xFFFFFFFF
     out: list[GroupBatch] = []
-    for bi, sig in enumerate(sigs):
-        kind, r = sig[0], sig[1]
-        members = groups[sig]
+    kinds = list(kind_id)
+    for bi, members in enumerate(groups):
         m = np.asarray(members, dtype=np.int64)
         g0 = members[0]
-        steps = s_vals[g0]
-        phs = tuple(names[x] for x in p_vals[g0].tolist())
-        sks = tuple(sk_names[x] for x in sk_col[sk_cut[g0] : sk_cut[g0 + 1]].tolist())
+        row = sig[g0]
+        kind, r = kinds[row[0]], int(row[1])
+        steps = s_u[s_first[g0] : s_first[g0] + s_n[g0]] & 0xFFFFFFFF
+        has = np.flatnonzero(row[2 + n_s :])
+        phs = tuple(names[x] for x in has.tolist())
+        sks = tuple(sk_names[x - 1] for x in row[2 + n_s + has].tolist())
         s, p = steps.size, len(phs)
         d = np.full((m.size, r, s, p), np.nan)
         sel = eb == bi
@@ -465,18 +571,16 @@ def _assemble(
 
 def _positions(
     g: np.ndarray, x: np.ndarray, n_g: int
-) -> tuple[np.ndarray, np.ndarray, list[np.ndarray], np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per entry, the position of ``x`` (>= 0, < 2**32) among its group's sorted distinct
-    values; per group their count and the values; the sorted keys and each group's first."""
+    values; per group their count; the sorted keys ``group << 32 | x`` and each group's
+    first among them."""
     u = np.unique((g << 32) | x)
     ug = u >> 32
     first = np.searchsorted(ug, np.arange(n_g))
     pos = np.searchsorted(u, (g << 32) | x) - first[g]
     counts = np.bincount(ug, minlength=n_g)
-    low = u & 0xFFFFFFFF
-    ends = np.append(first[1:], u.size).tolist()
-    vals = [low[a:b] for a, b in zip(first.tolist(), ends, strict=True)]
-    return pos, counts, vals, u, first
+    return pos, counts, u, first
 
 
 def join_steps(per_step: Sequence[Sequence[GroupBatch]]) -> list[GroupBatch] | None:

@@ -61,6 +61,7 @@ import json
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -68,10 +69,14 @@ from argus.detectors.findings import Finding
 from argus.detectors.l2 import GroupWindow
 from argus.routing import Routing
 
+if TYPE_CHECKING:
+    from argus.detectors.columnar import Cell
+
 __all__ = [
     "GroupStat",
     "GroupwideConfig",
     "ReceiveRow",
+    "cell_receive_rows",
     "detect",
     "detect_stats",
     "group_stats",
@@ -240,29 +245,59 @@ def receive_rows(
         coords = rec.get("coords") or {}
         if not isinstance(coords, Mapping):
             continue
-        best: dict[str, list[float]] = {}
-        for ph in rec.get("phases") or ():  # type: ignore[attr-defined]
-            if ph.get("stream_kind") != "p2p":
-                continue
-            d = float(ph["duration_ns"])
-            b = best.get(ph["name"])
-            if b is None:
-                best[str(ph["name"])] = [1, d]
-            else:
-                b[0] += 1
-                if d < b[1]:
-                    b[1] = d
-        if not best:
-            continue
-        stage = int(coords.get("pp_rank", 0) or 0)
-        gids: dict[str, str] = {}  # kind -> group id, once per record
-        for name, (n, t) in sorted(best.items()):
-            kind = routing.kind_of(name, "p2p")
-            gid = gids.get(kind)
-            if gid is None:
-                gid = gids[kind] = routing.group_for_kind(coords, kind)
-            out.append((kind, gid, name, int(rec["rank"]), stage, int(n), t))  # type: ignore[call-overload]
+        p2p = [
+            (ph["name"], ph["duration_ns"])
+            for ph in rec.get("phases") or ()  # type: ignore[attr-defined]
+            if ph.get("stream_kind") == "p2p"
+        ]
+        if p2p:
+            _receives(out, rec["rank"], coords, p2p, routing.kind_of, routing.group_for_kind)
     return out
+
+
+def cell_receive_rows(
+    cells: Iterable[Cell],
+    kind_of: Callable[[str, str], str],
+    gid_of: Callable[[Mapping[str, Any], str], str],
+) -> list[ReceiveRow]:
+    """:func:`receive_rows` of step cells (:data:`argus.detectors.columnar.Cell`, phases as
+    tuples), the routing's ``kind_of(name, stream kind)`` and ``gid_of(coords, kind)``
+    given (a :class:`~argus.detectors.columnar.Topology`'s lookup tables)."""
+    out: list[ReceiveRow] = []
+    for cell in cells:
+        p2p = [(ph[0], ph[2]) for ph in cell[5] if ph[1] == "p2p"]
+        if p2p:
+            _receives(out, cell[0], cell[4], p2p, kind_of, gid_of)
+    return out
+
+
+def _receives(
+    out: list[ReceiveRow],
+    rank: Any,
+    coords: Mapping[str, Any],
+    p2p: Sequence[tuple[Any, Any]],
+    kind_of: Callable[[str, str], str],
+    gid_of: Callable[[Mapping[str, Any], str], str],
+) -> None:
+    """Append one record's rows (rank ``rank``, its p2p phases' ``(name, duration ns)``)."""
+    best: dict[str, list[float]] = {}
+    for name, dur in p2p:
+        d = float(dur)
+        b = best.get(name)
+        if b is None:
+            best[str(name)] = [1, d]
+        else:
+            b[0] += 1
+            if d < b[1]:
+                b[1] = d
+    stage = int(coords.get("pp_rank", 0) or 0)
+    gids: dict[str, str] = {}  # kind -> group id, once per record
+    for name, (n, t) in sorted(best.items()):
+        kind = kind_of(name, "p2p")
+        gid = gids.get(kind)
+        if gid is None:
+            gid = gids[kind] = gid_of(coords, kind)
+        out.append((kind, gid, name, int(rank), stage, int(n), t))
 
 
 def receive_stats(rows: Sequence[tuple[int, Sequence[ReceiveRow]]], n: int) -> list[GroupStat]:

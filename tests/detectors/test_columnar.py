@@ -6,19 +6,25 @@ import copy
 from typing import Any
 
 import numpy as np
+import pytest
 
 from argus.detectors import l2
 from argus.detectors.columnar import (
+    Cell,
     Topology,
     batch_from_json,
     batch_to_json,
+    cell_batches,
+    cell_records,
     detect_batches,
     group_batches,
     join_blocks,
     join_steps,
 )
 from argus.detectors.config import L2Config
+from argus.detectors.groupwide import cell_receive_rows, receive_rows
 from argus.detectors.inputs import group_windows, merge_group_windows
+from argus.errors import DetectorInputError
 from argus.routing import Routing
 from argus.sim.simulate import SimRun, simulate
 
@@ -105,3 +111,43 @@ def test_blocks_joined_equal_merged_windows() -> None:
     )
     parts[1] = parts[1].take([0])  # a block's groups missing: still each group's parts joined
     assert join_blocks(parts + parts[:1]) is None  # one part twice: shares its ranks
+
+
+def test_cells_as_stored_equal_group_windows_and_receive_rows() -> None:
+    """The steps roles' cells, read as stored (phase tuples; lists once restored from JSON;
+    3-tuples of an older state, starting at the step's start), give the windows of
+    ``group_windows`` (self time included: every record here nests a p2p phase in its
+    compute) and the rows of ``receive_rows`` of the same records; a phase name twice takes
+    the general path, a negative duration raises there."""
+    recs = _steps("pp-stage-straggler", 64, 2)
+    job = recs[0]["job"]
+    topo = Topology(Routing.default())
+    cells: list[Cell] = []
+    for i, r in enumerate(recs):
+        phases: list[Any] = [
+            (p["name"], p["stream_kind"], p["duration_ns"], p["start_ns"]) for p in r["phases"]
+        ]
+        if i % 3 == 1:
+            phases = [list(p) for p in phases]
+        elif i % 3 == 2:
+            phases = [p[:3] for p in phases]
+        if i == 7:
+            del phases[2]  # another layout
+        cells.append((r["rank"], r["step"], r["start_ns"], r["end_ns"], r["coords"], phases))
+    as_recs = cell_records(job, cells)
+    assert as_recs[2]["phases"][0]["start_ns"] == recs[2]["start_ns"]
+    whole = group_windows(as_recs, job=job)
+    _assert_same(_windows(cell_batches(cells, topo, job=job)), whole)
+    raw = _windows(cell_batches(cells, topo, job=job, self_time=False))
+    assert any((x.durations_ns != y.durations_ns).any() for x, y in zip(raw, whole, strict=True))
+    _assert_same(raw, group_windows(as_recs, job=job, self_time=False))
+    rows = cell_receive_rows(cells, topo.kind_of, lambda co, k: topo.gids(co)[k])
+    assert rows and rows == receive_rows(as_recs)
+    twice = [*cells[:5], (*cells[5][:5], [*cells[5][5], cells[5][5][0]]), *cells[6:]]
+    _assert_same(
+        _windows(cell_batches(twice, topo, job=job)),
+        group_windows(cell_records(job, twice), job=job),
+    )
+    bad = [*cells[:3], (*cells[3][:5], [("mlp", "compute", -1, 0)]), *cells[4:]]
+    with pytest.raises(DetectorInputError, match="duration_ns -1"):
+        cell_batches(bad, topo, job=job)

@@ -40,16 +40,18 @@ import numpy as np
 
 from argus.detectors import l1
 from argus.detectors.columnar import (
+    Cell,
     GroupBatch,
     Topology,
     batch_from_json,
     batch_to_json,
+    cell_batches,
     detect_batches,
-    group_batches,
     join_blocks,
     join_steps,
 )
 from argus.detectors.findings import Finding
+from argus.detectors.groupwide import cell_receive_rows
 from argus.detectors.inputs import merge_group_windows
 from argus.detectors.l2 import GroupWindow
 from argus.detectors.l2_batch import detect_many
@@ -449,10 +451,10 @@ class StepBlocks(_Tier):
             if scopes:
                 digest["l3_scopes"] = scopes
             if "l2" in self.levels:
-                recs = self._records(job, c.step, c.ranks)
+                cells, hosts = self._cells(job, c.step, c.ranks)
                 own_b: list[GroupBatch] = []
                 up: list[dict[str, Any]] = []  # the spanning groups, for the job tier
-                for b in group_batches(recs, self.topo, job=job):
+                for b in cell_batches(cells, self.topo, job=job):
                     mine = [
                         i
                         for i, co in enumerate(b.coords)
@@ -469,7 +471,9 @@ class StepBlocks(_Tier):
                     job, c.step, blk, [batch_to_json(b) for b in own_b], whole=(key, own_b)
                 )
                 digest["transfer"] = batch_rows(  # the job tier compares all groups
-                    own_b, recs, members=not st.get("hosts_sent") or c.step % _HOSTS_EVERY == 0
+                    own_b,
+                    members=not st.get("hosts_sent") or c.step % _HOSTS_EVERY == 0,
+                    receives=cell_receive_rows(cells, self.topo.kind_of, self._gid),
                 )
                 h["recent"].append((c.step, [blk]))
                 sent = await emit_findings(
@@ -478,52 +482,43 @@ class StepBlocks(_Tier):
                 digest["group_windows"] = up
                 # the job tier announces them to the funnel with its progress
                 digest["ids"] = {a["id"]: a["window_end_step"] for a in sent}
-                if not st.get("hosts_sent") or c.step % _HOSTS_EVERY == 0:
-                    hosts = {str(r["rank"]): r["host"] for r in recs if r.get("host")}
-                    if hosts:  # for the alerts (the funnel), now and then
-                        digest["hosts"] = hosts
-                        st["hosts_sent"] = True
+                if hosts and (not st.get("hosts_sent") or c.step % _HOSTS_EVERY == 0):
+                    digest["hosts"] = hosts  # for the alerts (the funnel), now and then
+                    st["hosts_sent"] = True
             digests.append(digest)
         if "l2" in self.levels and digests:
             self.hist[key] = h
         if digests:
             await self.ctx.send_keyed(self.out, job, {"items": digests, "t": time.time()})
 
+    def _gid(self, coords: Mapping[str, Any], kind: str) -> str:
+        """The id of the group of ``kind`` holding ``coords`` (the topology's table)."""
+        return self.topo.gids(coords)[kind]
+
     def _inside(self, span: tuple[int, int]) -> bool:
         """Whether layout positions ``span`` (a group's lowest and highest) are one block's."""
         return block_of(span[0], self.block_ranks) == block_of(span[1], self.block_ranks)
 
-    def _records(self, job: str, step: int, ranks: tuple[int, ...]) -> list[dict[str, Any]]:
-        """The step records of one closed step, taken out of the ``cells`` table."""
-        records = []
+    def _cells(
+        self, job: str, step: int, ranks: tuple[int, ...]
+    ) -> tuple[list[Cell], dict[str, str]]:
+        """The cells of one closed step, taken out of the ``cells`` table as they are stored
+        (:data:`argus.detectors.columnar.Cell`), and their ranks' hosts (``{rank: host}``)."""
+        cells: list[Cell] = []
+        hosts: dict[str, str] = {}
+        table = self.cells
         for r in ranks:
             key = f"{job}|{step}|{r}"
-            cell = self.cells.get(key)
+            cell = table.get(key)
             if cell is None:
                 continue
-            del self.cells[key]
-            a = cell["start_ns"]
-            records.append(
-                {
-                    "job": job,
-                    "rank": r,
-                    "step": step,
-                    "start_ns": a,
-                    "end_ns": cell["end_ns"],
-                    "coords": cell["coords"],
-                    "host": cell.get("host", ""),
-                    "phases": [  # each phase's own start: the self time needs it
-                        {
-                            "name": ph[0],
-                            "stream_kind": ph[1],
-                            "duration_ns": ph[2],
-                            "start_ns": ph[3] if len(ph) > 3 else a,
-                        }
-                        for ph in cell["phases"]
-                    ],
-                }
+            del table[key]
+            cells.append(
+                (r, step, cell["start_ns"], cell["end_ns"], cell["coords"], cell["phases"])
             )
-        return records
+            if cell.get("host"):
+                hosts[str(r)] = cell["host"]
+        return cells, hosts
 
 
 def _split(key: str) -> tuple[str, int]:

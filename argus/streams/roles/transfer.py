@@ -53,11 +53,14 @@ def transfer_rows(
     records: Iterable[Mapping[str, Any]] = (),
     *,
     members: bool = True,
+    receives: Sequence[groupwide.ReceiveRow] | None = None,
 ) -> list[TransferRow]:
     """One step's transfer time per (group, collective or p2p phase) of ``windows`` (windows
     of that one step): ``(kind, group id, phase, members, ns or None)``, members ``[]``
     unless ``members``; then one receive row per (rank, p2p phase) of ``records`` (that
-    step's): ``(kind + ">rx", group id, phase, [rank, stage, entries], shortest ns)``."""
+    step's): ``(kind + ">rx", group id, phase, [rank, stage, entries], shortest ns)``;
+    ``receives``: those records' :func:`~argus.detectors.groupwide.receive_rows`, already
+    made (then ``records`` is not read)."""
     _steps, stats, _it = groupwide.group_stats(windows)
     rows: list[TransferRow] = [
         (
@@ -69,9 +72,7 @@ def transfer_rows(
         )
         for g in stats
     ]
-    for kind, gid, phase, rank, stage, n, ns in groupwide.receive_rows(records):
-        rows.append((kind + RX, gid, phase, [rank, stage, n], ns))
-    return rows
+    return rows + _rx_rows(records, receives)
 
 
 def batch_rows(
@@ -79,6 +80,7 @@ def batch_rows(
     records: Iterable[Mapping[str, Any]] = (),
     *,
     members: bool = True,
+    receives: Sequence[groupwide.ReceiveRow] | None = None,
 ) -> list[TransferRow]:
     """:func:`transfer_rows` of the groups of ``batches`` (:mod:`argus.detectors.columnar`,
     one step): each batch's collectives reduced over all its groups at once
@@ -87,7 +89,7 @@ def batch_rows(
     steps = {tuple(b.steps.tolist()) for b in batches}
     if len(steps) > 1 or any(len(s) != 1 for s in steps):
         wins = sorted((w for b in batches for w in b.windows()), key=_group_key)
-        return transfer_rows(wins, records, members=members)
+        return transfer_rows(wins, records, members=members, receives=receives)
     keyed: list[tuple[tuple[str, str], TransferRow]] = []
     for b in batches:
         times = groupwide.transfer_times(b.durations_ns[:, :, 0, :], b.stream_kinds)
@@ -100,9 +102,18 @@ def batch_rows(
                 keyed.append(((b.group_kind, gid), row))
     keyed.sort(key=_first)  # stable: a group's phases stay in their order
     rows = [row for _, row in keyed]
-    for kind, gid, phase, rank, stage, n, ns in groupwide.receive_rows(records):
-        rows.append((kind + RX, gid, phase, [rank, stage, n], ns))
-    return rows
+    return rows + _rx_rows(records, receives)
+
+
+def _rx_rows(
+    records: Iterable[Mapping[str, Any]], receives: Sequence[groupwide.ReceiveRow] | None
+) -> list[TransferRow]:
+    """The receive rows (kind ``<kind>>rx``) of ``records``, or of ``receives`` if made."""
+    if receives is None:
+        receives = groupwide.receive_rows(records)
+    return [
+        (kind + RX, gid, ph, [rank, stage, n], ns) for kind, gid, ph, rank, stage, n, ns in receives
+    ]
 
 
 def _group_key(w: GroupWindow) -> tuple[str, str]:
