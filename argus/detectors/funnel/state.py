@@ -234,8 +234,8 @@ def step(
 
 def _ranks(dedup_key: str) -> list[int]:
     """The ranks of a dedup key (:attr:`Culprit.dedup_key`; ``-``: none)."""
-    field = dedup_key.rsplit("/", 2)[-2] if dedup_key.count("/") >= 2 else "-"
-    return [int(r) for r in field.split(",") if r.strip().isdigit()]
+    part = dedup_key.rsplit("/", 2)[-2] if dedup_key.count("/") >= 2 else "-"
+    return [int(r) for r in part.split(",") if r.strip().isdigit()]
 
 
 def _ranks_key(dedup_key: str) -> str:
