@@ -145,7 +145,8 @@ def child(
 class Trace:
     """What the collectors did, and when, beside the training loop (``(start ns, end ns,
     what)``): garbage collections run on the training thread (``gc0``-``gc2``), the
-    delivery thread's drains (``drain``) and librdkafka polls (``poll``: delivery callbacks),
+    delivery thread's drains (``drain``), librdkafka's ``poll`` (delivery callbacks) and
+    ``produce``, the build of each record (``build:<record>``, e.g. a kernel window's parse),
     log lines (``log:<thread>``), kernel windows opened/closed on the training thread."""
 
     def __init__(self) -> None:
@@ -170,12 +171,30 @@ class Trace:
         col._close_window = self.timed(col._close_window, "window_close")
         col._maybe_open_window = self.timed(col._maybe_open_window, "step_begin_window_check")
 
-        class Poll:  # librdkafka's producer, its poll (delivery callbacks) timed
+        for name, fn in list(p.builders.items()):  # building a record (delivery thread)
+            p.builders[name] = self.timed(fn, f"build:{name}")
+        deliver = p._deliver
+
+        def traced_deliver(
+            topic: str, key: bytes, record: str, size: int, value: Any, *a: Any
+        ) -> Any:
+            if callable(value):  # a thunk: its build timed too
+                value = self.timed(value, f"build:{record}")
+            return deliver(topic, key, record, size, value, *a)
+
+        p._deliver = traced_deliver
+
+        class Poll:  # librdkafka's producer, its poll (delivery callbacks) and produce timed
             def __init__(self, inner: Any, trace: Trace) -> None:
                 self._inner, self._trace = inner, trace
+                self._poll = trace.timed(inner.poll, "poll")
+                self._produce = trace.timed(inner.produce, "produce")
 
             def poll(self, t: float = 0) -> Any:
-                return self._trace.timed(self._inner.poll, "poll")(t)
+                return self._poll(t)
+
+            def produce(self, *a: Any, **k: Any) -> Any:
+                return self._produce(*a, **k)
 
             def __getattr__(self, name: str) -> Any:
                 return getattr(self._inner, name)
@@ -212,6 +231,9 @@ class Trace:
                 if what == "step_begin_window_check" and ms < 0.05:
                     continue
                 out[i][what] = round(out[i].get(what, 0.0) + ms, 3)
+                if what.split(":")[0] in ("poll", "produce", "build"):  # longest single call
+                    one = f"{what}_max"
+                    out[i][one] = round(max(out[i].get(one, 0.0), (t1 - t0) / 1e6), 3)
         return out
 
 
@@ -358,6 +380,14 @@ def _row(r: int, name: str, off: dict[str, Any], away: dict[str, Any], a: Any) -
                 round(max(vals), 3),
             ]
     row["drain_steps"] = len(drained)
+    # the longest single call of each kind on the delivery thread over the run (ms, GIL held
+    # but for librdkafka's own waits): librdkafka's poll and produce, each record's build
+    longest: dict[str, float] = {}
+    for w in away["what"]:
+        for k, v in w.items():
+            if k.endswith("_max"):
+                longest[k[:-4]] = max(longest.get(k[:-4], 0.0), v)
+    row["longest_call_ms"] = dict(sorted(longest.items()))
     order = sorted(range(len(away["steps_ms"])), key=lambda i: away["steps_ms"][i])
     by_cpu = sorted(range(len(away["cpu_ms"])), key=lambda i: away["cpu_ms"][i])
     row["worst_steps"] = [

@@ -349,3 +349,57 @@ def test_a_queued_step_is_not_tracked_by_the_gc(offline: Settings) -> None:
     assert built[3]["collector"]["kernels"] is True
     ac.shutdown(timeout_s=0.2)
     assert col.producer.dropped_records == 4
+
+
+_NO_IMPORT_CHILD = """
+import json, sys, time
+import torch
+from torch import nn
+import argus.collectors as ac
+
+torch.set_num_threads(1)
+model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 32))
+opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+x = torch.randn(8, 32)
+for _ in range(2):  # the job's own first steps import what torch imports lazily in them
+    opt.zero_grad()
+    model(x).square().mean().backward()
+    opt.step()
+col = ac.start(
+    job="no-import", model=model, optimizer=opt, kernels_backend="cpu_ops", stacks=False,
+    kernels_period_steps=5, kafka_config={"bootstrap.servers": sys.argv[1]},
+)
+before = set(sys.modules)
+for i in range(60):
+    with ac.step(i):
+        opt.zero_grad()
+        model(x).square().mean().backward()
+        opt.step()
+col.producer.flush(0.5)  # the delivery thread has built every queued record (broker away)
+print(json.dumps(sorted(set(sys.modules) - before)))
+ac.shutdown()
+"""
+
+
+def test_no_module_is_imported_after_start() -> None:
+    """Broker away (issue 19): nothing the collectors run after :func:`start` imports a module.
+    An import holds the GIL (and the import lock) for its whole load: the first kernel
+    window's build imported ``numpy.ma`` lazily (inside ``np.unique``, 11-16 ms on the
+    delivery thread), and the 1.4 ms training step beside it took 12-15 ms, the worst step
+    of every quiet broker-away run. Load-proof: a set of module names, not a time."""
+    import json
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run(
+        [sys.executable, "-c", _NO_IMPORT_CHILD, f"127.0.0.1:{closed_port()}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    imported = json.loads(out.stdout.strip().splitlines()[-1])
+    assert imported == [], f"imported after start: {imported}"
