@@ -13,6 +13,11 @@ from typing import Any, Protocol
 
 import numpy as np
 
+# np.unique imports numpy.ma on its first call (numpy 2): 11-16 ms with the GIL and the import
+# lock held, on the delivery thread that builds the first window, where a 1.4 ms training step
+# waited it out (issue 19); imported here, at start, instead
+import numpy.ma
+
 __all__ = ["KernelColumns", "KernelSource", "columns_from_arrays", "columns_from_events"]
 
 

@@ -22,6 +22,7 @@ missing or refuse (another torch), the wrapper is used.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -104,10 +105,12 @@ class ProfilerSource:
 
         with self._tp.profile(activities=self._acts) as prof:
             torch.zeros(1).add_(1)
-        # build this window's columns once here: the first build imports what it needs
-        # lazily (numpy.ma, inside np.unique: 11-16 ms), GIL and import lock held, on the
-        # delivery thread, where a 1.4 ms training step waited it out (12-15 ms steps)
-        _columns(prof.profiler.kineto_results, self.gpu, self._main_tid, self.max_events)
+        # build this window's columns once here (best effort): a first build imports and
+        # initialises what it needs lazily (numpy.ma inside np.unique: 11-16 ms), GIL and
+        # import lock held, on the delivery thread, where a 1.4 ms training step waited it
+        # out (12-15 ms steps)
+        with contextlib.suppress(Exception):
+            _columns(prof.profiler.kineto_results, self.gpu, self._main_tid, self.max_events)
         x = torch.zeros(8)
         n = 400
 
