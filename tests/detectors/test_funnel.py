@@ -75,18 +75,31 @@ def test_unexplained_l1_is_a_job_culprit() -> None:
 
 
 def test_a_job_wide_regression_pages_once_it_lasts() -> None:
-    """An L1 regression no rank explains pages "the whole job" from its third consecutive
-    window (``l3_only_persistence``), not for one window of a host's other tenants."""
-    reg = dataclasses.replace(_l1(w=(0, 9)), score=4.0, observed=480.0, baseline=170.0)
-    st, pages = funnel.FunnelState(), []
-    for k in range(4):
-        w = (10 * k, 10 * k + 9)
-        st, out = funnel.step(
-            st, [dataclasses.replace(reg, window_start_step=w[0], window_end_step=w[1])]
-        )
-        pages.append([a["ranks"] for a in out.alerts if a["action"] == "trigger"])
-    assert pages == [[], [], [[]], []]
+    """An L1 regression no rank explains pages "the whole job" once it lasted 3 consecutive
+    windows (``l3_only_persistence``) and a minute of event time (``job_regression_min_s``):
+    not for one window of a host's other tenants, nor for 20 steps of 0.2 s."""
+
+    def run(step_s: float, windows: int) -> list[list[list[int]]]:
+        reg = dataclasses.replace(_l1(w=(0, 9)), score=4.0, observed=480.0, baseline=170.0)
+        st, pages = funnel.FunnelState(), []
+        for k in range(windows):
+            w = (10 * k, 10 * k + 9)
+            f = dataclasses.replace(
+                reg,
+                window_start_step=w[0],
+                window_end_step=w[1],
+                window_start_ns=int(w[0] * step_s * 1e9),
+                window_end_ns=int((w[1] + 1) * step_s * 1e9),
+            )
+            st, out = funnel.step(st, [f])
+            pages.append([a["ranks"] for a in out.alerts if a["action"] == "trigger"])
+        return pages
+
+    assert run(3.0, 4) == [[], [], [[]], []]  # 90 s by its third window
+    assert run(1.0, 7) == [[], [], [], [], [], [[]], []]  # 60 s at its sixth
+    assert run(0.2, 4) == [[], [], [], []]  # 8 s of fast steps: the host's other tenants
     # one window of it, then quiet: no page
+    reg = dataclasses.replace(_l1(w=(0, 9)), score=4.0, observed=480.0, baseline=170.0)
     _st, out = funnel.step(funnel.FunnelState(), [reg])
     assert out.verdicts and not out.alerts
 

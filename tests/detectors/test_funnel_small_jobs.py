@@ -66,6 +66,24 @@ def test_a_four_rank_window_alone_does_not_page_a_repeating_one_does() -> None:
     assert [len(p) for p in _run(named)] == [0, 0, 0, 0, 1]
 
 
+def test_a_small_groups_page_names_the_phase_its_rank_was_named_for_most() -> None:
+    """A live 4-rank DDP job's slowed rank was named in ``mlp``, then once in ``optimizer``,
+    and paged as ``optimizer``: the page waits for the phase named most (the earliest on a
+    tie)."""
+
+    def four(rank: int, phase: str, w: int) -> Finding:
+        f = _pair(rank, phase, w)
+        return Finding(**{**f.__dict__, "evidence": {**f.evidence, "n_ranks": "4"}})
+
+    named = [[four(2, "mlp", 0)], [four(2, "optimizer", 1)], [four(2, "mlp", 2)]]
+    pages = _run(named)
+    assert [len(p) for p in pages] == [0, 0, 1]
+    assert pages[2][0]["phase"] == "mlp" and pages[2][0]["ranks"] == [2]
+    # the same phase twice pages at the second, as before
+    pages = _run([[four(2, "mlp", 0)], [four(2, "mlp", 1)]])
+    assert [len(p) for p in pages] == [0, 1] and pages[1][0]["phase"] == "mlp"
+
+
 def test_a_straggler_whose_phase_moves_between_windows_persists() -> None:
     # rank 1's bottleneck is mlp, then the forward around it, then mlp: one straggler
     pages = _run([[_pair(1, ph, w)] for w, ph in enumerate(("mlp", "forward", "mlp"))])

@@ -9,6 +9,7 @@ reaches ``trigger_confidence`` or its levels or severity change, ``resolve`` aft
 from __future__ import annotations
 
 import json
+import zlib
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -199,6 +200,10 @@ def step(
                 pers >= cfg.l3_only_persistence
                 or not (_l3_only(c) or _pair_only(c) or _job_regression_only(c))
             )
+            and (
+                not _job_regression_only(c)
+                or c.window_end_ns - first >= cfg.job_regression_min_s * 1e9
+            )
         ):
             new_sig = _raise_to(sig, v)
             if not active or new_sig != sig:
@@ -342,9 +347,8 @@ def _recurring(
         if _small_test(f):  # a weak window of a small group: evidence once it recurs
             small = [f"{f.job}/{f.group_kind}/{f.group_id}/{r}/small" for r in f.ranks]
             for k in small:
-                offs.setdefault(k, set()).add((window, window))
-            recent = window - SMALL_GROUP_WINDOWS
-            if all(sum(1 for e in offs[k] if e[0] > recent) >= 2 for k in small):
+                offs.setdefault(k, set()).add((window, _phase_id(f.phase)))
+            if all(_small_recurs(offs[k], f.phase, window) for k in small):
                 out.append(f)
             continue
         ev = _one_off(f)
@@ -363,7 +367,7 @@ def _recurring(
 def _job_regression_only(c: Culprit) -> bool:
     """The culprit is only L1 step-time regressions no rank, group or host explains (a job
     culprit): like an L3-only culprit, it pages once it lasted ``l3_only_persistence``
-    consecutive windows. A healthy CPU DDP job on a host at load 7-9 slowed 2.8-5.3x for
+    consecutive windows, and ``job_regression_min_s`` of event time. A healthy CPU DDP job on a host at load 7-9 slowed 2.8-5.3x for
     8-17 steps while other tenants took the cores (one window each, three runs of 16), and
     paged "the whole job"; a job-wide regression that lasts still pages."""
     return bool(c.findings) and all(
@@ -400,6 +404,29 @@ def _small_test(f: Finding) -> bool:
     n = int(f.evidence.get("n_ranks", "0") or 0)
     tests = json.loads(f.evidence.get("test", "{}") or "{}")
     return 2 < n <= SMALL_GROUP and "burst" not in tests.values()
+
+
+def _phase_id(phase: str | None) -> int:
+    """A phase name as a stable int (the one-off memory holds ``(window, int)`` pairs)."""
+    return zlib.crc32((phase or "").encode())
+
+
+def _small_recurs(named: Collection[tuple[int, int]], phase: str | None, window: int) -> bool:
+    """A small group's rank (``named``: its ``(window, phase id)`` namings) was named in two
+    windows or more within :data:`SMALL_GROUP_WINDOWS`, and ``phase`` is the one it was
+    named for in most of them (the earliest named first on a tie): the page names the
+    phase the rank was slow in, not the one its last window happened to name (a live 4-rank
+    DDP job's slowed rank, named in ``mlp`` and then once in ``optimizer``, paged as
+    ``optimizer``)."""
+    recent = [e for e in named if e[0] > window - SMALL_GROUP_WINDOWS]
+    if len({w for w, _ in recent}) < 2:
+        return False
+    first: dict[int, int] = {}
+    count: dict[int, int] = {}
+    for w, p in sorted(recent):
+        first.setdefault(p, w)
+        count[p] = count.get(p, 0) + 1
+    return min(count, key=lambda p: (-count[p], first[p])) == _phase_id(phase)
 
 
 SMALL_GROUP = 4
