@@ -409,6 +409,99 @@ def _slow(
     return _Verdict(slow, math.exp(score), z, excess)
 
 
+def _may_be_slow(t: np.ndarray, cfg: GroupwideConfig) -> np.ndarray:
+    """(G,) bool: which of a class's groups (``t`` (G, S), transfer ns per step, NaN: none)
+    :func:`_slow` may find slow against the rest of the class (leave one out), from one sort
+    of the class; the groups it leaves out are not slow, so only the others need ``_slow``.
+
+    A necessary condition, with a margin for rounding. Of a step's ``n`` non-NaN values
+    ``x`` (sorted, the group's own included), the others' median ``ref`` lies in
+    ``[x[(n - 2) // 2], x[(n + 1) // 2]]``; the step is usable (``ref`` finite and > 0, two
+    other finite values) when the group's value is finite and > 0 and that bracket says so,
+    or maybe usable when it cannot tell. A slow group's score (the median of ``log(t / ref)``
+    over its ``c`` usable steps, ``c >= min_steps``) reaches ``log(min_ratio)``, so
+    ``t >= min_ratio * ref >= min_ratio * x[(n - 2) // 2]`` in at least ``ceil(c / 2)`` steps.
+    """
+    g, s = t.shape
+    x = np.sort(t, axis=0)  # NaN last
+    n = (~np.isnan(t)).sum(axis=0)  # (S,)
+    cols = np.arange(s)
+    low = x[np.clip((n - 2) // 2, 0, g - 1), cols]
+    high = x[np.clip((n + 1) // 2, 0, g - 1), cols]
+    fin = np.isfinite(t)
+    with np.errstate(invalid="ignore", over="ignore"):
+        mine = fin & (t > 0) & (n >= 2)
+        usable = mine & (low > 0) & (high < 1e300) & (fin.sum(axis=0) >= 3)
+        factor = 0.99 * cfg.min_ratio
+        hit = mine & (t >= factor * low) if factor > 0 else mine
+    need = np.maximum(max(1, math.ceil(cfg.min_steps / 2)), (usable.sum(axis=1) + 1) // 2)
+    return hit.sum(axis=1) >= need
+
+
+def _hosts_may_be_slow(
+    classes: Mapping[tuple[str, str, int, int | None], Sequence[GroupStat]],
+    touched: Mapping[str, Sequence[tuple[str, str, int, int | None]]],
+    hosts_in: Mapping[int, set[str]],
+    cfg: GroupwideConfig,
+) -> set[str]:
+    """The hosts whose inter-host groups of a class they touch (``touched``) :func:`_slow`
+    may find slow, pooled, against the class's groups holding none of their ranks, from one
+    sort per class; the other hosts gather no evidence, so only these need the host loop.
+
+    A necessary condition, as :func:`_may_be_slow`'s: of a step's ``n`` non-NaN values ``x``
+    (sorted), the reference (the median of the ``n' >= n - m`` non-NaN values of the groups
+    not touching the host, ``m`` the groups touching it) is at least ``x[(n - m - 1) // 2]``;
+    a slow verdict over the ``k`` pooled groups' ``c >= k * min_steps`` usable values needs
+    ``t >= min_ratio * ref`` in at least ``ceil(c / 2)`` of them.
+    """
+    out: set[str] = set()
+    by_class: dict[tuple[str, str, int, int | None], list[str]] = {}
+    for h, keys in touched.items():
+        for key in keys:
+            by_class.setdefault(key, []).append(h)
+    factor = 0.99 * cfg.min_ratio
+    for key, hs in by_class.items():
+        members = classes[key]
+        pos = {h: i for i, h in enumerate(hs)}
+        touch = np.zeros(len(hs), np.int64)  # groups touching the host
+        pair_h: list[int] = []  # (host, group) pairs of the host's inter-host groups
+        pair_g: list[int] = []
+        for j, g in enumerate(members):
+            hg = hosts_in[id(g)]
+            for h in hg:
+                i = pos.get(h, -1)
+                if i >= 0:
+                    touch[i] += 1
+                    if len(hg) > 1:
+                        pair_h.append(i)
+                        pair_g.append(j)
+        t = np.vstack([g.t_ns for g in members])
+        x = np.sort(t, axis=0)  # NaN last
+        n = (~np.isnan(t)).sum(axis=0)[None, :]
+        fin = np.isfinite(t)
+        cols = np.arange(t.shape[1])
+        m = touch[:, None]
+        low = x[np.clip((n - m - 1) // 2, 0, None), cols]  # (H, S)
+        high = x[np.clip(n - (n - m + 1) // 2, 0, len(members) - 1), cols]
+        ph = np.asarray(pair_h, np.int64)
+        tp = t[np.asarray(pair_g, np.int64)]
+        lp = low[ph]
+        with np.errstate(invalid="ignore", over="ignore"):
+            mine = np.isfinite(tp) & (tp > 0)
+            sure = (lp > 0) & (high[ph] < 1e300) & (fin.sum(axis=0) - m >= 2)[ph]
+            above = mine & (tp > lp)  # each pooled group: above the reference in most steps
+            each = (above.sum(axis=1) > 0) & (2 * above.sum(axis=1) > (mine & sure).sum(axis=1))
+            hit = mine & (tp >= factor * lp) if factor > 0 else mine
+        hits = np.bincount(ph, hit.sum(axis=1), len(hs))
+        usable = np.bincount(ph, (mine & sure).sum(axis=1), len(hs))
+        k = np.bincount(ph, minlength=len(hs))
+        all_each = np.bincount(ph, ~each, len(hs)) == 0
+        need = np.maximum(np.maximum(1, np.ceil(k * cfg.min_steps / 2)), np.ceil(usable / 2))
+        ok = (k > 0) & (len(members) - touch >= cfg.min_groups) & (hits >= need) & all_each
+        out.update(hs[i] for i in np.flatnonzero(ok).tolist())
+    return out
+
+
 def detect(
     windows: Sequence[GroupWindow],
     hosts: Mapping[int, str] | None = None,
@@ -495,7 +588,8 @@ def detect_stats(
         if key not in waits:
             for hh in set().union(*(hosts_in[id(g)] for g in members if len(hosts_in[id(g)]) > 1)):
                 touched.setdefault(hh, []).append(key)
-    for h in sorted({host(r) for g in inter for r in g.members}):
+    maybe = _hosts_may_be_slow(classes, touched, hosts_in, cfg)
+    for h in sorted({host(r) for g in inter for r in g.members} & maybe):
         ev: list[tuple[GroupStat, _Verdict]] = []
         failed = collective = False
         for key in touched.get(h, ()):
@@ -539,7 +633,9 @@ def detect_stats(
     for members in classes.values():
         if len(members) - 1 < cfg.min_groups or members[0].rank is not None:
             continue
-        for g in members:
+        screened = _may_be_slow(np.vstack([g.t_ns for g in members]), gcfg)
+        for i in np.flatnonzero(screened).tolist():
+            g = members[i]
             if hosts_in[id(g)] & named:
                 continue
             v = _slow([g.t_ns], [u.t_ns for u in members if u is not g], iter_ns, gcfg)
