@@ -11,7 +11,10 @@
   screen keeps: no per-record objects, no tiers, no state. Its (rank, phase) pairs named by
   L2 stragglers are compared with the project's.
 
-Project and floor alternate per repetition; medians are printed with the ratio.
+Project and floor alternate per repetition; medians are printed with the ratio. The heap
+is frozen after the setup (``gc.freeze()``, as :class:`argus.streams.app.Worker` does once
+started; ``--no-freeze``: not), so the cyclic collector walks what the runs allocate, not
+the simulated job and the modules.
 
     .venv/bin/python bench/bench_steps_floor.py --ranks 1024 --steps 12 --reps 3
 """
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import os
 import statistics
 import sys
@@ -214,6 +218,7 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--block-ranks", type=int, default=PipelineConfig.steps_block_ranks)
     ap.add_argument("--scenario", default="compute-straggler")
+    ap.add_argument("--no-freeze", action="store_true", help="leave the heap unfrozen")
     a = ap.parse_args()
     run = SimRun.make(a.scenario, ranks=a.ranks, steps=a.steps, seed=1, kernels=False)
     recs = [r for topic, _k, r in simulate(run) if topic == "raw.steps"]
@@ -221,6 +226,9 @@ def main() -> int:
     codec = Codec()
     blobs = [codec.encode("step_record", r) for r in recs]
     width = PipelineConfig().l2_window_steps
+    if not a.no_freeze:
+        gc.collect()
+        gc.freeze()
     proj: list[dict[str, Any]] = []
     flo: list[dict[str, Any]] = []
     for _ in range(a.reps):
@@ -232,7 +240,7 @@ def main() -> int:
     pp, fp = proj[0]["pairs"], flo[0]["pairs"]
     print(
         f"ranks {a.ranks} block {a.block_ranks} steps {a.steps} reps {a.reps} "
-        f"load {os.getloadavg()[0]:.2f}\n"
+        f"load {os.getloadavg()[0]:.2f} frozen {gc.get_freeze_count()}\n"
         f"project {p_us:.0f} us/record (job tier {j_ms:.1f} ms/step)  floor {f_us:.1f} us/record"
         f"  ratio {p_us / f_us:.1f}x\n"
         f"L2 straggler (rank, phase) pairs: project {len(pp)}, floor {len(fp)}, both {len(pp & fp)}"

@@ -104,7 +104,7 @@ def worker(
         run_pagerduty_sink(settings, stop_event=stop, metrics_registry=metrics.REGISTRY)
         return
     from argus.streams import metrics
-    from argus.streams.app import build_app
+    from argus.streams.app import Worker, build_app  # Worker: freezes the heap once started
     from argus.streams.pipeline_config import PipelineConfig
 
     pcfg = PipelineConfig.from_mapping(settings.section("streams"))
@@ -129,6 +129,4 @@ def worker(
     metrics.serve(metrics_addr if metrics_addr is not None else pcfg.metrics_port)
     # faust's data dir (build_app: <state_dir>/workers/<app id>); faust makes only its last level
     (settings.state_dir / "workers").mkdir(parents=True, exist_ok=True)
-    import faust
-
-    faust.Worker(app, loglevel=loglevel, quiet=True).execute_from_commandline()
+    Worker(app, loglevel=loglevel, quiet=True).execute_from_commandline()
