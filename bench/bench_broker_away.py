@@ -130,6 +130,7 @@ def child(
         "gen2_ms": gen2,
         "windows": window_steps,
         "what": trace.per_step(bounds),
+        "call_cpu_max_ms": trace.cpu_max,
     }
     if col is not None:
         p = col.producer
@@ -151,17 +152,23 @@ class Trace:
 
     def __init__(self) -> None:
         self.events: list[tuple[int, int, str]] = []
+        #: the most CPU time of the calling thread one timed call took, per kind (ms, whole
+        #: run): a long wall time with little CPU is a preempted thread, not work
+        self.cpu_max: dict[str, float] = {}
 
     def add(self, t0: int, t1: int, what: str) -> None:
         self.events.append((t0, t1, what))
 
     def timed(self, fn: Any, what: str) -> Any:
         def wrapped(*a: Any, **k: Any) -> Any:
-            t0 = time.perf_counter_ns()
+            t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
             try:
                 return fn(*a, **k)
             finally:
                 self.add(t0, time.perf_counter_ns(), what)
+                cpu = (time.thread_time_ns() - c0) / 1e6
+                if cpu > self.cpu_max.get(what, 0.0):
+                    self.cpu_max[what] = round(cpu, 3)
 
         return wrapped
 
@@ -388,6 +395,9 @@ def _row(r: int, name: str, off: dict[str, Any], away: dict[str, Any], a: Any) -
             if k.endswith("_max"):
                 longest[k[:-4]] = max(longest.get(k[:-4], 0.0), v)
     row["longest_call_ms"] = dict(sorted(longest.items()))
+    row["longest_call_cpu_ms"] = {  # CPU time, whole run (warm-up included)
+        k: v for k, v in sorted(away.get("call_cpu_max_ms", {}).items()) if k in longest
+    }
     order = sorted(range(len(away["steps_ms"])), key=lambda i: away["steps_ms"][i])
     by_cpu = sorted(range(len(away["cpu_ms"])), key=lambda i: away["cpu_ms"][i])
     row["worst_steps"] = [
