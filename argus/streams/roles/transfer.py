@@ -93,13 +93,17 @@ def batch_rows(
     keyed: list[tuple[tuple[str, str], TransferRow]] = []
     for b in batches:
         times = groupwide.transfer_times(b.durations_ns[:, :, 0, :], b.stream_kinds)
-        ranks = b.ranks.tolist() if times and members else []
-        for i, gid in enumerate(b.group_ids if times else ()):
-            for j, t in times.items():
-                ns = float(t[i])
-                mem = list(ranks[i]) if members else []
-                row = (b.group_kind, gid, b.phases[j], mem, ns if math.isfinite(ns) else None)
-                keyed.append(((b.group_kind, gid), row))
+        if not times:
+            continue
+        kind = b.group_kind
+        ranks = b.ranks.tolist() if members else None  # a group's rows share its list
+        cols = [(b.phases[j], t.tolist()) for j, t in times.items()]
+        for i, gid in enumerate(b.group_ids):
+            mem = ranks[i] if ranks is not None else []
+            key = (kind, gid)
+            for phase, ts in cols:
+                ns = ts[i]
+                keyed.append((key, (kind, gid, phase, mem, ns if math.isfinite(ns) else None)))
     keyed.sort(key=_first)  # stable: a group's phases stay in their order
     rows = [row for _, row in keyed]
     return rows + _rx_rows(records, receives)
@@ -142,11 +146,16 @@ class TransferWindows:
             return
         self.table[f"{job}|{step}|{part}"] = list(rows)
         known = self.members.get(job) or {}
-        new = {
-            f"{k}|{g}": list(m)
-            for k, g, _p, m, _t in rows
-            if m and not k.endswith(RX) and known.get(f"{k}|{g}") != list(m)
-        }
+        new: dict[str, list[int]] = {}
+        last = None  # a group's rows (one per phase) are adjacent and carry the same members
+        for k, g, _p, m, _t in rows:
+            if not m or (k, g) == last or k.endswith(RX):
+                continue
+            last = (k, g)
+            key = f"{k}|{g}"
+            mem = m if isinstance(m, list) else list(m)
+            if known.get(key) != mem:
+                new[key] = list(mem)
         if new:
             self.members[job] = {**known, **new}
 
