@@ -16,6 +16,10 @@ i.e. steady state), Avro-encoded as the collectors send them. Per round, on the 
 * **one at a time**: the same with a poll of one record (the agent before issue 21: one
   ``summarize_many`` per record).
 
+With ``--baseline DIR`` (e.g. ``git worktree add DIR <commit>``), the batched and one-at-a-time
+paths of the ``argus`` package under DIR run in the same rounds (its modules loaded beside
+this tree's), so the two trees' ratios come from one run.
+
 Reported: us per record (wall, ``perf_counter``) and the CPU time of this thread
 (``thread_time``), medians over rounds, and the ratios to the floor of the same round.
 """
@@ -24,21 +28,21 @@ from __future__ import annotations
 
 import argparse
 import functools
+import importlib
 import os
 import platform
 import statistics
+import sys
 import time
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 
 from argus.schemas.codec import Codec
-from argus.schemas.kernel_parts import PartAssembler
 from argus.streams import synth
-from argus.streams.pipeline_config import PipelineConfig
-from argus.streams.validate import Checker, Limits
-from argus.summaries.summary_record import SummarizedBatches, batch_columns
+from argus.summaries.summary_record import batch_columns
 
 
 def workload(n_rec: int, n_events: int, seed: int = 0) -> list[bytes]:
@@ -65,13 +69,51 @@ def workload(n_rec: int, n_events: int, seed: int = 0) -> list[bytes]:
     ]
 
 
-class Compressor:
-    """The agent's per-poll work (argus.streams.agents.kernels.register_compressor), pure."""
+def _lib() -> SimpleNamespace:
+    """The classes :class:`Compressor` uses, from the ``argus`` package now imported."""
+    mod = importlib.import_module
+    validate = mod("argus.streams.validate")
+    return SimpleNamespace(
+        Codec=mod("argus.schemas.codec").Codec,
+        Checker=validate.Checker,
+        Limits=validate.Limits,
+        PipelineConfig=mod("argus.streams.pipeline_config").PipelineConfig,
+        PartAssembler=mod("argus.schemas.kernel_parts").PartAssembler,
+        SummarizedBatches=mod("argus.summaries.summary_record").SummarizedBatches,
+    )
 
-    def __init__(self) -> None:
-        self.codec = Codec()
-        self.check = Checker(Limits.from_pipeline(PipelineConfig()))
-        self.parts = PartAssembler()
+
+_LIB = _lib()
+
+
+def baseline_lib(path: str) -> SimpleNamespace:
+    """:func:`_lib` from the ``argus`` package under ``path``.
+
+    Its modules are imported while this tree's are set aside in ``sys.modules``, then this
+    tree's are put back: each tree's functions keep their own module globals.
+    """
+    mine = {k: m for k, m in sys.modules.items() if k == "argus" or k.startswith("argus.")}
+    for k in mine:
+        del sys.modules[k]
+    sys.path.insert(0, os.path.abspath(path))
+    try:
+        return _lib()
+    finally:
+        sys.path.remove(os.path.abspath(path))
+        for k in [k for k in sys.modules if k == "argus" or k.startswith("argus.")]:
+            del sys.modules[k]
+        sys.modules.update(mine)
+
+
+class Compressor:
+    """The agent's per-poll work (argus.streams.agents.kernels.register_compressor), pure;
+    ``lib``: the classes to use (:func:`baseline_lib`; default this tree's)."""
+
+    def __init__(self, lib: SimpleNamespace = _LIB) -> None:
+        self.lib = lib
+        self.codec = lib.Codec()
+        self.check = lib.Checker(lib.Limits.from_pipeline(lib.PipelineConfig()))
+        self.parts = lib.PartAssembler()
         self.announced: dict[str, set[int]] = {}
 
     def poll(self, raws: list[bytes]) -> int:
@@ -82,7 +124,7 @@ class Compressor:
             whole, _ = self.parts.add(piece, None)
             if whole is not None:
                 wholes.append(whole)
-        done = SummarizedBatches(wholes)
+        done = self.lib.SummarizedBatches(wholes)
         out = 0
         for i, b in enumerate(wholes):
             known = self.announced.setdefault(f"{b['job']}/{b['rank']}", set())
@@ -141,9 +183,18 @@ def main() -> int:
         "(e.g. from `argus simulate --out DIR`): one summarize_batch per window (before) vs "
         "memory.batches_summaries, interleaved",
     )
+    ap.add_argument(
+        "--baseline",
+        metavar="DIR",
+        help="also run the batched and one-at-a-time paths of the argus package under DIR "
+        "(a worktree of an older commit) in the same rounds",
+    )
     args = ap.parse_args()
+    base = baseline_lib(args.baseline) if args.baseline else None
     if args.recorded:
         recorded(args.recorded, max(3, args.rounds // 3))
+    if base is not None:
+        print(f"baseline: {base.SummarizedBatches.__init__.__code__.co_filename}")
     print(
         f"machine: {platform.node()} {platform.processor() or platform.machine()}, "
         f"{os.cpu_count()} cpus; load average {os.getloadavg()}"
@@ -158,6 +209,11 @@ def main() -> int:
             "batched (one call per poll)": functools.partial(comp.poll, raws),
             "one at a time": functools.partial(comp.poll_each, raws),
         }
+        if base is not None:
+            old = Compressor(base)
+            old.poll(raws)
+            paths["baseline batched"] = functools.partial(old.poll, raws)
+            paths["baseline one at a time"] = functools.partial(old.poll_each, raws)
         wall: dict[str, list[float]] = {k: [] for k in paths}
         cpu: dict[str, list[float]] = {k: [] for k in paths}
         ratio_w: dict[str, list[float]] = {k: [] for k in paths}

@@ -9,19 +9,21 @@ quantile levels for the improved methods (see :data:`PAPER`, :data:`ROBUST` and
 How it is computed (all groups at once, no Python loop per group or per event)
 -------------------------------------------------------------------------------
 1. Reject durations that are zero, negative, NaN or infinite (counted in :class:`Rejected`).
-2. ``x = ln(duration)``; one ``np.sort`` of the composite key ``group · stride + x`` orders
-   every group's log-durations at once (no permutation needed).
+2. ``x = ln(duration)``; one ``np.sort`` of the composite key ``x + group · stride - x0``
+   orders every group's log-durations at once (no permutation needed).
 3. Per group: Scott bandwidth ``h = 1.06 · σ · n^(-1/5)`` on ``x`` (``σ`` the sample standard
    deviation; Silverman's ``0.9 · min(σ, IQR/1.349)`` is available).
-4. Each group gets its own grid with ``grid_points_per_bandwidth`` points per ``h``
-   (so the Gaussian has the same width in grid steps for every group), capped at
-   ``max_grid_points`` (then the grid step grows and the effective bandwidth is
-   ``grid_points_per_bandwidth`` steps). All grids are laid end to end in one flat array,
-   separated by the kernel's support, the counts are binned with one ``np.bincount`` and the
-   density is one ``np.convolve`` with a Gaussian truncated at ``kernel_support · h``:
-   O(n + Σ grid), not O(n × grid).
-5. Valleys are the density's local minima (a flat run counts once, at its right end). A
-   valley is kept, scanning left to right, when the cluster it closes has at least
+4. Each group that can hold a kept valley gets its own grid with
+   ``grid_points_per_bandwidth`` points per ``h`` (2: the Gaussian is 2 steps wide for every
+   group), over its data's range, capped at ``max_grid_points`` (then the grid step grows
+   and the effective bandwidth is ``grid_points_per_bandwidth`` steps): ~1 point per
+   1-2 events on small groups. All grids are laid end to end in one flat array, one kernel
+   support apart, the counts are binned with one ``np.bincount`` and the density is one
+   ``scipy.ndimage.correlate1d`` with a Gaussian truncated at ``kernel_support · h`` (3: 13
+   taps): O(n + Σ grid), not O(n × grid).
+5. Valleys are the density's local minima (a flat run counts once, at its right end); its
+   neighbouring peaks are the turns of the density just before and after it. A valley is
+   kept, scanning left to right, when the cluster it closes has at least
    ``min_samples_per_side`` events, the cluster it opens can still have that many, and it lies
    at least ``min_log_gap`` from the previous kept boundary, and (with ``valley_depth`` < 1,
    the improved methods) its density is at most that fraction of the lower neighbouring
@@ -40,11 +42,15 @@ How it is computed (all groups at once, no Python loop per group or per event)
    interpolation, on durations in ns).
 
 :func:`summarize_blocks` runs many independent blocks (rank-windows) in one call, each block
-with its own ``x0``, stride and sort, and with grid and event positions entering float
-arithmetic relative to the block, so each block's result is bit for bit its own
-:func:`summarize_many`; only the call's fixed cost is shared. Step 4's grid is built only for
-the segments that can hold a kept valley (:func:`_may_split`, exact), their bins being those
-of the full layout moved in integers: the splits are unchanged.
+with its own ``x0``, stride and sort; every float is computed from one group's (or cluster's)
+own values, positions inside it and integer offsets, so each block's result is bit for bit
+its own :func:`summarize_many`; only the call's fixed cost is shared.
+
+The grid (step 4) was 3 points per bandwidth and a support of 4 bandwidths, two pads per
+group, until issue 21: ~4,000 grid points for a 3,000-event rank-window, most of them pads,
+and the density pass dominated the compressor. The coarser grid changes some summaries'
+bits (a boundary's bin, a rare noise dip) but none of the compression or fidelity figures
+beyond their noise (BENCHMARKS.md, "Batched compressor (issue 21)").
 
 References
 ----------
@@ -130,15 +136,15 @@ class KdeConfig:
     bandwidth_factor : float
         The factor above (1.06 in the paper's Scott rule; 0.9 is Silverman's).
     grid_points_per_bandwidth : float
-        Grid resolution, points per bandwidth. 3 puts valleys within h/6 of the exact ones,
-        far below ``min_log_gap``.
+        Grid resolution, points per bandwidth. 2 puts valleys within h/4 of the exact ones,
+        far below ``min_log_gap`` (3 before issue 21: 1.5x the grid for no measured gain).
     max_grid_points : int
         Cap of one group's grid. Beyond it the step grows (effective bandwidth
         ``grid_points_per_bandwidth`` steps): only groups whose range is > ~250 bandwidths
         (e.g. a tight kernel plus a 40× spike) are affected, and their far modes stay apart.
     kernel_support : float
-        Gaussian truncated at ± this many bandwidths (4: the cut mass is 6e-5); it makes gaps
-        between modes exactly zero-density, so no floating-point noise creates valleys.
+        Gaussian truncated at ± this many bandwidths (3: the cut mass is 0.27 %); it makes
+        gaps between modes exactly zero-density, so no floating-point noise creates valleys.
     min_samples_per_side : int
         Fewest events a cluster may have (paper filter (a)). Default 3: a p99 from fewer than
         three events is a single order statistic, and a 2-event "mode" is noise.
@@ -174,9 +180,9 @@ class KdeConfig:
     quantile_levels: tuple[float, ...] = (0.5, 0.99)
     bandwidth_rule: str = "scott"
     bandwidth_factor: float = 1.06
-    grid_points_per_bandwidth: float = 3.0
+    grid_points_per_bandwidth: float = 2.0
     max_grid_points: int = 1024
-    kernel_support: float = 4.0
+    kernel_support: float = 3.0
     min_samples_per_side: int = 3
     min_log_gap: float = 0.15
     isolate_log_gap: float = math.inf
@@ -646,8 +652,8 @@ def summarize_blocks(
     it; groups never span blocks (the same group id in two blocks is two groups). Block b's
     result (:meth:`BlockSummaries.block`) is bit for bit what ``summarize_many`` gives for
     its events alone: every float operation sees the values the single call sees (per-block
-    log offset and stride, positions relative to the block); only the fixed cost of the
-    call (about 100 numpy calls) is paid once instead of once per block.
+    log offset and stride, positions inside a group or cluster); only the fixed cost of
+    the call (about 100 numpy calls) is paid once instead of once per block.
 
     Parameters
     ----------
@@ -683,9 +689,9 @@ def _summarize(
     """The computation of :func:`summarize_blocks` (inputs validated; ``sizes`` (B,) int64).
 
     See the module doc for the steps. With several blocks, each block keeps its own log
-    offset ``x0`` and ``stride``, the sort runs per block, and grid and event positions
-    enter floating-point arithmetic relative to the block's first ones, so each block's
-    numbers equal those of a call on it alone.
+    offset ``x0`` and ``stride`` and the sort runs per block; floats are computed per group
+    or cluster from its own values (positions inside it, offsets added in integers), so
+    each block's numbers equal those of a call on it alone.
     """
     n_blocks = sizes.size
     bounds = np.zeros(n_blocks + 1, np.int64)
@@ -703,10 +709,10 @@ def _summarize(
     nb = nz.size
     lv = _levels(config)
 
-    # (2) one sort per block orders its groups' log-durations: xs (n,) holds ln(duration) - x0
-    # plus the group's offset shift[g] = g · stride (g the group's dense index in its block,
-    # x0 and stride the block's); everything below uses differences inside a group only.
-    # Large temporaries are dropped as soon as they are used: fewer fresh memory pages.
+    # (2) one sort per block orders its groups' log-durations: xs (n,) holds ln(duration) plus
+    # the group's offset off[g] = g · stride - x0 (g the group's dense index in its block, x0
+    # and stride the block's: groups never overlap); everything below uses differences inside
+    # a group only. Large temporaries are dropped as soon as they are used.
     x = np.log(d_in, dtype=np.float64)
     del d_in
     if nb == 1:
@@ -719,46 +725,25 @@ def _summarize(
     del g_in
     n_groups = ids.size
     stride_b = np.asarray(strides)
-    x0_b = np.asarray(x0s)
+    off = (np.arange(n_groups) - first[group_block]) * stride_b[group_block]
+    off -= np.asarray(x0s)[group_block]
     composite = np.diff(first) * stride_b < _KEY_LIMIT
-    if not composite.all():  # precision of the composite key would suffer: lexsort there
-        raw = {b: x[bounds[nz[b]] : bounds[nz[b] + 1]].copy() for b in np.flatnonzero(~composite)}
-    if nb == 1:
-        xs = x
-        xs -= x0s[0]
-        label_f = label.astype(np.float64)
-        label_f *= strides[0]
-        xs += label_f
-        del label_f
-        xs.sort()
-    else:
-        sz = sizes[nz]
-        xs = x
-        xs -= x0_b.repeat(sz)
-        label_f = label.astype(np.float64)
-        label_f *= stride_b.repeat(sz)
-        xs += label_f
-        del label_f
-        for a, b in zip(bounds[nz].tolist(), bounds[nz + 1].tolist(), strict=True):
-            xs[a:b].sort()
-    shift = (np.arange(n_groups) - first[group_block]) * stride_b[group_block]
-    x0_g = x0_b[group_block] if nb > 1 else None
-    if not composite.all():
-        x0_g = x0_b[group_block]  # (G,) float
-        for b, xb in raw.items():
-            a, e = int(bounds[nz[b]]), int(bounds[nz[b] + 1])
-            lab = label[a:e]
-            xs[a:e] = xb[np.lexsort((xb, lab))]
-            shift[first[b] : first[b + 1]] = 0.0
-            x0_g[first[b] : first[b + 1]] = 0.0
-        del raw
+    for b in np.flatnonzero(~composite).tolist():  # the key would lose precision: lexsort
+        off[first[b] : first[b + 1]] = 0.0
+    xs = x
+    xs += off[label]
+    for b, (a, e) in enumerate(zip(bounds[nz].tolist(), bounds[nz + 1].tolist(), strict=True)):
+        if composite[b]:
+            xs[a:e].sort()
+        else:
+            xb = xs[a:e].copy()
+            xs[a:e] = xb[np.lexsort((xb, label[a:e]))]
     del x, label
     ends = np.cumsum(counts)
     starts = ends - counts
-    seg_block = group_block if nb > 1 else None
 
     # (3)-(5) valley splits per group, then (refinement) inside each cluster
-    splits = _valley_splits(xs, starts, counts, config, seg_block)
+    splits = _valley_splits(xs, starts, counts, config)
     fresh = splits  # splits of the last pass: only the clusters around them can split again
     for _ in range(config.refine_passes):
         if fresh.size == 0:
@@ -772,17 +757,9 @@ def _summarize(
         seg = seg[np.concatenate(([True], seg[1:] != seg[:-1]))]
         seg_start = cuts[seg]
         seg_n = cuts[seg + 1] - seg_start
-        may = _may_split(xs, seg_start, seg_n, config)
-        if not may.any():
+        fresh = _valley_splits(xs, seg_start, seg_n, config, contiguous=False)
+        if fresh.size == 0:
             break
-        seg_start, seg_n = seg_start[may], seg_n[may]
-        sub_start = seg_n.cumsum() - seg_n
-        take = (seg_start - sub_start).repeat(seg_n)
-        take += np.arange(take.size)
-        sub_block = None
-        if seg_block is not None:
-            sub_block = group_block[np.searchsorted(starts, seg_start, side="right") - 1]
-        fresh = take[_valley_splits(xs[take], sub_start, seg_n, config, sub_block)]
         splits = np.concatenate((splits, fresh))
         splits.sort()
     splits = _cap_clusters(xs, starts, splits, config.max_clusters)
@@ -792,14 +769,7 @@ def _summarize(
     cend = np.append(cstart[1:], xs.size)
     cgroup = np.searchsorted(starts, cstart, side="right") - 1
     ccount = cend - cstart
-    if x0_g is None:
-        quant = _cluster_quantiles(xs, cstart, ccount, lv, shift[cgroup], x0s[0], None)
-    else:
-        cb = group_block[cgroup]
-        base = bounds[nz][cb]
-        quant = _cluster_quantiles(
-            xs, cstart, ccount, lv, shift[cgroup], x0_g[cgroup][:, None], base
-        )
+    quant = _cluster_quantiles(xs, cstart, ccount, lv, off[cgroup])
     gfirst = np.searchsorted(cgroup, np.arange(n_groups + 1), side="left").astype(np.int64)
     many = ManySummary(
         group_ids=ids,
@@ -864,9 +834,9 @@ def _densify_blocks(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Dense groups of the blocks' events (``sizes`` (nb,) > 0 events each, in order).
 
-    Returns ``label`` (n,) int64, each event's group index within its block (groups ordered
-    by id); ``ids`` (G,) the groups' ids; ``counts`` (G,); ``group_block`` (G,) the block of
-    each group; ``first`` (nb + 1,) the first group of each block (global group index).
+    Returns ``label`` (n,) int64, each event's group index (global: groups ordered by block,
+    then id); ``ids`` (G,) the groups' ids; ``counts`` (G,); ``group_block`` (G,) the block of
+    each group; ``first`` (nb + 1,) the first group of each block.
     """
     nb = sizes.size
     if nb == 1:
@@ -874,9 +844,8 @@ def _densify_blocks(
         return label, ids, counts, np.zeros(ids.size, np.int64), np.array([0, ids.size], np.int64)
     gmin, gmax = int(g.min()), int(g.max())
     width = gmax - gmin + 1
-    blk = np.arange(nb).repeat(sizes)
     if nb * width < 2**62:
-        key = blk * width
+        key = np.arange(0, nb * width, width, dtype=np.int64).repeat(sizes)
         key += g - gmin if gmin else g
         label, ids, counts = _densify(key)
         group_block = ids // width
@@ -884,17 +853,17 @@ def _densify_blocks(
     else:  # ids too far apart to combine with the block: one block at a time
         parts = []
         at = 0
+        n_before = 0
         for i, s in enumerate(sizes.tolist()):
             lab, gid, cnt = _densify(g[at : at + s])
-            parts.append((lab, gid, cnt, np.full(gid.size, i, np.int64)))
+            parts.append((lab + n_before, gid, cnt, np.full(gid.size, i, np.int64)))
             at += s
+            n_before += gid.size
+        label = np.concatenate([p[0] for p in parts])
         ids = np.concatenate([p[1] for p in parts])
         counts = np.concatenate([p[2] for p in parts])
         group_block = np.concatenate([p[3] for p in parts])
-        first = np.searchsorted(group_block, np.arange(nb + 1))
-        return np.concatenate([p[0] for p in parts]), ids, counts, group_block, first
     first = np.searchsorted(group_block, np.arange(nb + 1)).astype(np.int64)
-    label -= first[blk]
     return label, ids, counts, group_block, first
 
 
@@ -903,113 +872,106 @@ def _valley_splits(
     starts: np.ndarray,
     counts: np.ndarray,
     config: KdeConfig,
-    seg_block: np.ndarray | None = None,
+    *,
+    contiguous: bool = True,
 ) -> np.ndarray:
-    """Kept valley split positions (into ``xs``) for contiguous sorted segments, increasing.
+    """Kept valley split positions (into ``xs``) for sorted segments, increasing.
 
     ``xs`` (n,) is sorted within each segment ``[starts[s], starts[s] + counts[s])``; the
-    segments are non-empty and lie end to end from 0 to n. Only differences inside a segment
-    are used, so each segment may carry its own offset. Steps 3-5 of the module doc. Per
-    event: one subtraction, three products or sums, two segment sums and one ``bincount``;
-    the rest is per grid point or per segment.
-
-    ``seg_block`` (S,), non-decreasing: the block of each segment (:func:`summarize_blocks`).
-    Grid and event positions then enter float arithmetic relative to the block's first
-    segment, so a block's splits are those of a call on its segments alone.
+    segments are non-empty, disjoint and in increasing order; ``contiguous``: they lie end
+    to end from 0 to n. Only differences inside a segment are used, so each segment may carry
+    its own offset, and no float depends on where a segment lies (a block's splits are those
+    of a call on its segments alone). Steps 3-5 of the module doc, on the segments that can
+    hold a kept valley (:func:`_may_split`, exact) only. Per event: a gather, one
+    subtraction, three products or sums, two segment sums and one ``bincount``; the rest is
+    per grid point or per segment.
     """
-    ends = starts + counts
-    fs = None  # first segment of each segment's block
-    if seg_block is not None:
-        new = np.empty(seg_block.size, dtype=bool)
-        new[:1] = True
-        np.not_equal(seg_block[1:], seg_block[:-1], out=new[1:])
-        fs = np.flatnonzero(new)[new.cumsum() - 1]
+    keep = _may_split(xs, starts, counts, config)
+    kept = np.flatnonzero(keep)
+    if kept.size == 0:
+        return kept
+    n_k = counts[kept]
+    sk = np.cumsum(n_k) - n_k  # first event of each kept segment in x_k
+    moved = starts[kept] - sk  # x_k[i] = xs[i + moved[segment]]
+    if kept.size == counts.size and contiguous:
+        x_k = xs
+    elif contiguous:
+        x_k = xs[keep.repeat(counts)]
+    else:
+        take = moved.repeat(n_k)
+        take += np.arange(take.size)
+        x_k = xs[take]
+        del take
     # (3) per-segment bandwidth (moments about the segment's minimum, for precision)
-    gmin = xs[starts]
-    rng = xs[ends - 1] - gmin
-    xc = gmin.repeat(counts)
-    np.subtract(xs, xc, out=xc)
-    s1 = np.add.reduceat(xc, starts)
+    gmin = x_k[sk]
+    rng_k = x_k[sk + n_k - 1] - gmin
+    xc = gmin.repeat(n_k)
+    np.subtract(x_k, xc, out=xc)
+    s1 = np.add.reduceat(xc, sk)
     tmp = np.multiply(xc, xc)
-    s2 = np.add.reduceat(tmp, starts)
+    s2 = np.add.reduceat(tmp, sk)
     del tmp
-    nf = counts.astype(np.float64)
+    nf = n_k.astype(np.float64)
     var = s2 - s1 * s1 / nf
     var /= np.maximum(nf - 1.0, 1.0)
     sigma = np.sqrt(np.maximum(var, 0.0, out=var), out=var)
     if config.bandwidth_rule == "silverman":
-        base = None if fs is None else starts[fs]
-        iqr = _order_stat(xs, starts, counts, 0.75, base) - _order_stat(
-            xs, starts, counts, 0.25, base
-        )
+        iqr = _order_stat(x_k, sk, n_k, 0.75) - _order_stat(x_k, sk, n_k, 0.25)
         robust = iqr / 1.349
         sigma = np.where((robust > 0) & (robust < sigma), robust, sigma)
-    h = config.bandwidth_factor * sigma * nf ** (-0.2)
+    h = config.bandwidth_factor * sigma * nf ** (-0.2)  # > 0: a kept segment's range is
 
-    # (4) flat grid of all segments; step = h / points_per_bw, capped by max_grid_points.
-    # A segment narrower than 2 · min_log_gap cannot hold a boundary (step 5): one grid point.
+    # (4) flat grid of the kept segments (the others' splits are empty whatever their
+    # density); step = h / points_per_bw, capped by max_grid_points. A kept segment's grid is
+    # ``pad`` points, then its ``inner`` points (its data's range), the next segment's grid
+    # right after (one trailing pad closes the last): the kernel reaches ``pad`` points, so
+    # a segment's inner density is its own events' alone. The dip where two segments' tails
+    # meet is a valley with no event of its segment on one side, or at its last inner point
+    # (closer than min_log_gap to its data's top): step 5 drops it.
     taps, pad = _gaussian_taps(config.grid_points_per_bandwidth, config.kernel_support)
     inner_max = max(config.max_grid_points - 2 * pad - 1, 1)
-    splittable = (h > 0) & (counts >= 2) & (rng > 0) & (rng >= _narrowest(config))
-    step = np.maximum(h / config.grid_points_per_bandwidth, rng / inner_max)
-    step[~splittable] = 1.0
-    inner = np.ceil(rng / step).astype(np.int64) + 1
-    inner[~splittable] = 1
-    size = inner + 2 * pad
-    goff = np.cumsum(size) - size  # first grid point of each segment
-    # Only segments that can hold a kept valley (_may_split: exact) get a grid in the flat
-    # array the density is computed on; the others' splits are empty whatever their density.
-    # Each kept segment's bins are those of the full layout (goff), moved in integers: the
-    # float arithmetic per event is the full layout's, so every kept segment's density,
-    # valleys and splits are too (zero pads of ``pad`` points keep segments apart either way).
-    keep = splittable & _may_split(xs, starts, counts, config)
-    kept = np.flatnonzero(keep)
-    if kept.size == 0:
-        return kept
-    goff_l = goff if fs is None else goff - goff[fs]  # relative to the block (a call on it)
-    n_k, size_k = counts[kept], size[kept]
-    goff_k = np.cumsum(size_k) - size_k  # first grid point of each kept segment, compact
-    # grid point of each event: goff + pad + round(xc / step), as one product and one sum
-    # (xc <= rng, so it never passes the segment's last inner point)
-    t = xc if kept.size == counts.size else xc[keep.repeat(counts)]
+    step = np.maximum(h / config.grid_points_per_bandwidth, rng_k / inner_max)
+    size_k = np.ceil(rng_k / step).astype(np.int64) + (1 + pad)
+    goff_k = np.cumsum(size_k) - size_k  # first grid point of each kept segment
+    # grid point of each event: goff + pad + floor(xc / step) (bin k holds [k, k + 1) steps
+    # above the segment's minimum). The float part depends on the segment's own values only
+    # (the same in any call); the offset is added in integers. xc <= rng, so no event passes
+    # its segment's last inner point.
+    t = xc
     del xc
-    t *= (1.0 / step[kept]).repeat(n_k)
-    t += (goff_l[kept] + (pad + 0.5)).repeat(n_k)
+    t *= (1.0 / step).repeat(n_k)
     ti = t.astype(np.intp)
     del t
-    if kept.size != counts.size or fs is not None:
-        ti += (goff_k - goff_l[kept]).repeat(n_k)
-    hist = np.bincount(ti, minlength=int(goff_k[-1] + size_k[-1]))
-    del ti
+    ti += (goff_k + pad).repeat(n_k)
+    hist = np.bincount(ti, minlength=int(goff_k[-1] + size_k[-1]) + pad)
     dens = correlate1d(hist, taps, output=np.float64, mode="constant")  # taps symmetric
+    del hist
 
     # (5) valleys: local minima, a flat run counted at its right end: a grid point where the
-    # density starts rising and last changed by falling
+    # density starts rising and last changed by falling. The density's turns alternate
+    # (maximum, minimum, ..., maximum: it starts and ends at zero), so each valley's two
+    # neighbouring peaks are the turns just before and after it.
     d = dens[1:] - dens[:-1]
     nz = d.nonzero()[0]
     rising = d[nz] > 0
-    cand = nz[(rising[1:] > rising[:-1]).nonzero()[0] + 1]  # grid points, >= 1
-    if cand.size == 0:
-        return cand
+    del d
+    turn = (rising[1:] != rising[:-1]).nonzero()[0] + 1
+    ext = nz[turn]  # grid points of the turns, a maximum first
+    at_min = rising[turn].nonzero()[0]  # >= 1, and < ext.size - 1
+    if at_min.size == 0:
+        return at_min
+    cand = ext[at_min]
     cg = goff_k.searchsorted(cand, side="right") - 1  # index into kept
-    pos = hist.cumsum()[cand - 1]  # events of kept segments in bins < cand go left
-    starts_k = starts[kept]
-    pos += (starts_k - (np.cumsum(n_k) - n_k))[cg]  # ... as an index into xs
-    deep = _deep_valleys(dens, cand, goff_k, config.valley_depth)
+    pos = ti.searchsorted(cand)  # events of kept segments in bins < cand go left
+    del ti
+    pos += moved[cg]  # ... as an index into xs
+    if config.valley_depth >= 1.0:
+        deep = np.ones(cand.size, dtype=bool)
+    else:
+        dv = dens[ext]
+        deep = dv[at_min] <= config.valley_depth * np.minimum(dv[at_min - 1], dv[at_min + 1])
     return _filter_valleys(
-        cand,
-        pos,
-        cg,
-        deep,
-        xs,
-        starts_k,
-        ends[kept],
-        goff_k,
-        rng[kept],
-        step[kept],
-        pad,
-        splittable[kept],
-        config,
+        cand, pos, cg, deep, xs, starts[kept], starts[kept] + n_k, goff_k, rng_k, step, pad, config
     )
 
 
@@ -1040,64 +1002,39 @@ def _may_split(xs: np.ndarray, start: np.ndarray, n: np.ndarray, config: KdeConf
     return ok
 
 
-def _order_stat(
-    xs: np.ndarray, starts: np.ndarray, counts: np.ndarray, q: float, base: np.ndarray | None
-) -> np.ndarray:
-    """(S,) linear order statistic q of each segment; positions relative to ``base`` (S,)."""
-    b = 0 if base is None else base
-    p = (starts - b) + q * (counts - 1)
-    lo = np.floor(p).astype(np.int64)
-    hi = np.minimum(lo + 1, (starts - b) + counts - 1)
+def _order_stat(xs: np.ndarray, starts: np.ndarray, counts: np.ndarray, q: float) -> np.ndarray:
+    """(S,) linear order statistic q of each segment (its float offset inside the segment
+    does not depend on where the segment lies)."""
+    p = q * (counts - 1)
+    lo = p.astype(np.int64)
     frac = p - lo
-    lo += b
-    hi += b
+    lo += starts
+    hi = lo + (frac > 0)
     out: np.ndarray = xs[lo] + frac * (xs[hi] - xs[lo])
     return out
 
 
 def _cluster_quantiles(
-    xs: np.ndarray,
-    cstart: np.ndarray,
-    ccount: np.ndarray,
-    levels: np.ndarray,
-    shift: np.ndarray,
-    x0: float | np.ndarray,
-    base: np.ndarray | None,
+    xs: np.ndarray, cstart: np.ndarray, ccount: np.ndarray, levels: np.ndarray, off: np.ndarray
 ) -> np.ndarray:
     """(C, L) quantiles in ns with numpy's linear rule on the durations (not their logs).
 
-    ``ln(duration) = xs - shift[c] + x0`` for the events of cluster c (``x0`` a float, or
-    (C, 1) per cluster); positions are taken relative to ``base`` (C,), the first event of
-    the cluster's block, when given.
+    ``ln(duration) = xs - off[c]`` for the events of cluster c. Positions are split into the
+    cluster's first event (an integer) and an offset inside the cluster, so the floats do
+    not depend on where the cluster lies in ``xs``.
     """
-    if base is not None:
-        cstart = cstart - base
-    p = cstart[:, None] + levels[None, :] * (ccount - 1)[:, None]
-    lo = np.floor(p).astype(np.int64)
-    hi = np.minimum(lo + 1, (cstart + ccount - 1)[:, None])
-    pl = p - lo
-    if base is not None:
-        lo += base[:, None]
-        hi += base[:, None]
-    sh = shift[:, None]
-    a = np.exp(xs[lo] - sh + x0)
-    b = np.exp(xs[hi] - sh + x0)
-    out: np.ndarray = a + pl * (b - a)
-    return out
-
-
-def _deep_valleys(dens: np.ndarray, cand: np.ndarray, goff: np.ndarray, depth: float) -> np.ndarray:
-    """(V,) bool: valley ``cand[v]`` (grid index) has a density at most ``depth`` times the
-    lower of the two density maxima between it and its neighbouring valleys (or the ends of
-    its segment's grid). All True when ``depth >= 1``."""
-    if depth >= 1.0:
-        return np.ones(cand.size, dtype=bool)
-    edges = np.concatenate((goff, cand))  # disjoint: a valley is inside its grid
-    edges.sort()
-    seg_max = np.maximum.reduceat(dens, edges)  # max over [edges[i], edges[i + 1])
-    i = edges.searchsorted(cand)  # cand > its segment's first grid point: i >= 1
-    out: np.ndarray = dens[cand] <= depth * np.minimum(seg_max[i - 1], seg_max[i])
-    return out
+    q = (ccount - 1)[:, None] * levels[None, :]
+    lo = q.astype(np.int64)  # floor: q >= 0
+    pl = q - lo
+    lo += cstart[:, None]
+    hi = lo + (pl > 0)  # lo itself where the position is an event (then pl = 0)
+    o = off[:, None]
+    a = np.exp(xs[lo] - o)
+    b = np.exp(xs[hi] - o)
+    b -= a
+    b *= pl
+    b += a
+    return b
 
 
 def _filter_valleys(
@@ -1112,7 +1049,6 @@ def _filter_valleys(
     rng: np.ndarray,
     step: np.ndarray,
     pad: int,
-    splittable: np.ndarray,
     config: KdeConfig,
 ) -> np.ndarray:
     """Split positions (into xs) of the kept valleys, increasing. See module doc, step 5.
@@ -1125,12 +1061,12 @@ def _filter_valleys(
     mlg = config.min_log_gap
     left = pos - starts[cg]
     right = ends[cg] - pos
-    idx = ((left > 0) & (right > 0) & splittable[cg]).nonzero()[0]
+    idx = ((left > 0) & (right > 0)).nonzero()[0]
     if idx.size == 0:
         return idx
     cand, pos, cg = cand[idx], pos[idx], cg[idx]
     strong = xs[pos] - xs[pos - 1] >= config.isolate_log_gap
-    xb = (cand - goff[cg] - pad) * step[cg]  # boundary location above the segment's minimum
+    xb = (cand - goff[cg] - pad + 0.5) * step[cg]  # the valley bin's centre above the minimum
     # enough events on each side (or a wide data gap), and min_log_gap from the data's top
     ok = strong | ((left[idx] >= m) & (right[idx] >= m) & deep[idx])
     ok &= xb <= rng[cg] - mlg

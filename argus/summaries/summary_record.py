@@ -88,6 +88,31 @@ def _kids(names: list[str]) -> list[int]:
     return out  # type: ignore[return-value]
 
 
+_LISTS: dict[tuple[int, str, str], tuple[list[str], np.ndarray]] = {}
+_LISTS_MAX = 4096
+
+
+def _list_kids(names: list[str]) -> np.ndarray:
+    """(len(names),) uint32 kernel ids of a record's name dictionary.
+
+    A producer sends the same dictionary window after window: the last list seen with the
+    same length and end names is compared (string equality, no hashing of the ~300-character
+    names) and its ids reused; any other list goes through :func:`_kids`.
+    """
+    if not names:
+        return np.zeros(0, np.uint32)
+    key = (len(names), names[0], names[-1])
+    hit = _LISTS.get(key)
+    if hit is not None and hit[0] == names:
+        return hit[1]
+    kids = np.array(_kids(names), dtype=np.uint32)
+    kids.setflags(write=False)
+    if len(_LISTS) >= _LISTS_MAX:
+        _LISTS.clear()
+    _LISTS[key] = (names, kids)
+    return kids
+
+
 def batch_columns(batch: Mapping[str, Any]) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
     """Decode and check the event columns of a ``kernel_batch`` record.
 
@@ -231,9 +256,10 @@ class SummarizedBatches:
             many0 = summarize_many(np.zeros(0, np.int64), np.zeros(0, np.int64), config=config)
             self._set(config, many0, np.zeros(n_rec + 1, np.int64), [0] * n_rec)
             self.gk_all = self.gs_all = np.zeros(0, np.uint32)
+            self.gk_first = np.zeros(0, bool)
             return
         name_counts = np.fromiter((len(c[0]) for c in cols), np.int64, n_rec)
-        kids = np.array(_kids([nm for c in cols for nm in c[0]]), dtype=np.uint32)
+        kids = np.concatenate([_list_kids(c[0]) for c in cols])
         uk, k_of_name = np.unique(kids, return_inverse=True)
         k_of_name = k_of_name.reshape(-1).astype(np.int64)
         name_idx = np.concatenate([c[1] for c in cols]).astype(np.int64)
@@ -255,6 +281,15 @@ class SummarizedBatches:
         self._set(config, res.many, res.block_groups, [r.total for r in res.rejected])
         self.gk_all = uk[res.many.group_ids // width].astype("<u4")
         self.gs_all = us[res.many.group_ids % width].astype("<u4")
+        self._first_of_kernel(res.block_groups)
+
+    def _first_of_kernel(self, block_groups: np.ndarray) -> None:
+        """``gk_first`` (G,) bool: the group is its record's first of its kernel id."""
+        gk = self.gk_all
+        first = np.ones(gk.size, dtype=bool)
+        np.not_equal(gk[1:], gk[:-1], out=first[1:])
+        first[block_groups[:-1][np.diff(block_groups) > 0]] = True
+        self.gk_first = first
 
     def _set(
         self, config: KdeConfig, many: ManySummary, block_groups: np.ndarray, rejected: list[int]
@@ -287,8 +322,13 @@ class SummarizedBatches:
         g0, g1 = self.bg[i], self.bg[i + 1]
         c0, c1 = self.first[g0], self.first[g1]
         gk = self.gk_all[g0:g1]
-        used = np.unique(gk).tolist()
-        new = used if announced is None else [k for k in used if k not in announced]
+        used = gk[self.gk_first[g0:g1]].tolist()  # groups are ordered by kernel id
+        if announced is None:
+            new = used
+        elif announced.issuperset(used):  # steady state: no set lookups in Python
+            new = []
+        else:
+            new = [k for k in used if k not in announced]
         names_by_id: dict[int, str] = {}
         if new:
             names_by_id = dict(zip(_kids(self.names[i]), self.names[i], strict=True))
