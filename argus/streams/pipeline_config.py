@@ -69,6 +69,12 @@ class PipelineConfig(Limits):
     l2_window_steps : int
         Closed steps per L2 evaluation (sliding). 4: medians over 4 steps tame jitter while
         a straggler still shows within one step of onset.
+    l2_small_window_steps : int
+        Closed steps per L2 evaluation of a *small* group (3-4 ranks with a compute or host
+        phase, :mod:`argus.detectors.l2_small`), its ``min_effect`` scaled to the same
+        standard error. 16: a 4-rank CPU job on a loaded host (+-50 % per-step noise) named
+        its 2-3x slowed rank in 7-12 of 12 funnel windows over 16 steps, 4-7 over 4, and no
+        healthy rank either way. At most ``l2_window_steps`` turns it off.
     l3_windows : int
         Kernel windows (steps) per L3 evaluation, aligned blocks. 10, as the funnel window
         and ``argus diagnose``: enough events per rank for stable distributions (4 gave
@@ -132,6 +138,7 @@ class PipelineConfig(Limits):
     idle_close_s: float = 120.0
     steps_block_ranks: int = 256
     l2_window_steps: int = 4
+    l2_small_window_steps: int = 16
     l3_windows: int = 10
     funnel_window_steps: int = 10
     funnel_grace_s: float = 15.0

@@ -50,11 +50,13 @@ from argus.detectors.columnar import (
     join_blocks,
     join_steps,
 )
+from argus.detectors.config import L2Config
 from argus.detectors.findings import Finding
 from argus.detectors.groupwide import cell_receive_rows
 from argus.detectors.inputs import merge_group_windows
 from argus.detectors.l2 import GroupWindow
 from argus.detectors.l2_batch import detect_many
+from argus.detectors.l2_small import is_small, small_config, split_small
 from argus.routing import DIMS, Routing, rank_of
 from argus.streams import metrics, windows
 from argus.streams.pipeline_config import PipelineConfig
@@ -258,6 +260,7 @@ class _L2Steps:
     def __init__(self, ctx: RoleContext, table: str) -> None:
         self.ctx = ctx
         self.width = ctx.pcfg.l2_window_steps
+        self.long = max(ctx.pcfg.l2_small_window_steps, self.width)
         self.table = ctx.table(table)
         # key -> step -> that step's joined batches, for the most recently active keys
         self.cache: OrderedDict[str, dict[int, list[GroupBatch]]] = OrderedDict()
@@ -302,19 +305,34 @@ class _L2Steps:
         _trim(self, key, job, h)
         t0 = time.perf_counter()
         per_step = [self.joined(key, job, step, blocks) for step, blocks in h["recent"]]
-        batches = join_steps(per_step)
-        if batches is not None:
-            out = detect_batches(batches, self.ctx.detectors.l2)
-        else:  # a group changed shape inside the window: merge its windows in general
-            wins = [w for bs in per_step for b in bs for w in b.windows()]
-            out = detect_many(merge_group_windows(wins), self.ctx.detectors.l2)
+        cfg = self.ctx.detectors.l2
+        short = per_step[-self.width :]
+        small, rest = split_small(per_step)
+        if any(small):  # small groups over the long window (argus.detectors.l2_small)
+            short = rest[-self.width :]
+            out = _detect(short, cfg) + _detect(small, small_config(cfg, len(small), self.width))
+            out.sort(key=lambda f: (f.group_kind, f.group_id))  # as one call orders them
+        else:
+            out = _detect(short, cfg)
         metrics.DETECT_S.labels("L2").observe(time.perf_counter() - t0)
         return out
 
 
+def _detect(per_step: Sequence[Sequence[GroupBatch]], cfg: L2Config) -> list[Finding]:
+    """L2 of the sliding window whose steps' batches are ``per_step``."""
+    batches = join_steps(per_step)
+    if batches is not None:
+        return detect_batches(batches, cfg)
+    # a group changed shape inside the window: merge its windows in general
+    wins = [w for bs in per_step for b in bs for w in b.windows()]
+    return detect_many(merge_group_windows(wins), cfg)
+
+
 def _trim(l2s: _L2Steps, key: str, job: str, h: BlockHistory) -> None:
-    """Keep the last ``width`` steps of ``h["recent"]`` (one entry per step, in step order)
-    and drop the older steps' windows from the table and the cache."""
+    """Keep the last ``width`` steps of ``h["recent"]`` (one entry per step, in step order),
+    ``long`` when the key's newest step holds a small group
+    (:mod:`argus.detectors.l2_small`), and drop the older steps' windows from the table and
+    the cache."""
     # one entry per step, in step order: a restart may close a step again (the history
     # table's changelog can be ahead of the window state's), and rows are tuples when
     # made, lists once restored (JSON)
@@ -323,13 +341,18 @@ def _trim(l2s: _L2Steps, key: str, job: str, h: BlockHistory) -> None:
     l2s.cache.move_to_end(key)
     while len(l2s.cache) > _CACHED_KEYS:
         l2s.cache.popitem(last=False)
-    for step, blocks in h["recent"][: -l2s.width]:
+    keep = l2s.width
+    if l2s.long > keep and h["recent"]:  # (a block's part of a spanning group is smaller:
+        step, blocks = h["recent"][-1]  # the joined groups tell)
+        if any(is_small(b) for b in l2s.joined(key, job, step, blocks)):
+            keep = l2s.long
+    for step, blocks in h["recent"][:-keep]:
         cache.pop(step, None)
         for blk in blocks:
             k = f"{job}|{step}|b{blk}"
             if l2s.table.get(k) is not None:
                 del l2s.table[k]
-    h["recent"] = h["recent"][-l2s.width :]
+    h["recent"] = h["recent"][-keep:]
 
 
 def _one_group(w: GroupWindow) -> GroupBatch:
