@@ -40,7 +40,9 @@ lower priority than the training threads; the delivery thread, which holds the G
 which gives the GIL up in every torch op, waits at most that much work (or one longer
 record's) to take it back (a drain's burst of ~700 records held it for 25-35 ms before, all of
 it landing on one 1.4 ms step). A sleep per record instead (issue 22: ~270 a second on an 8 ms
-step) cost the delivery thread ~25 us of CPU per step in sleeps and GIL hand-overs.
+step) cost the delivery thread ~25 us of CPU per step in sleeps and GIL hand-overs. A build
+that is long by itself (a kernel window's parse) calls :meth:`RecordProducer.pace_point`
+between its steps to be paced the same way.
 
 Step records come from their builder as an Avro body already (``bytes``,
 :class:`argus.schemas.step_body.StepBodyEncoder`): the codec's header goes in front, nothing
@@ -150,6 +152,7 @@ class RecordProducer:
         self.pace = pace
         self._chunk_ns = int(pace_chunk_s * 1e9)
         self._hurry = False  # flushing: no pacing
+        self._chunk_at = 0  # the pacing chunk's start while a record is built (perf_counter_ns)
         self.dropped_records = 0
         self.dropped_bytes = 0
         self.errors = 0
@@ -292,6 +295,13 @@ class RecordProducer:
         time.sleep(self.pace * work / 1e9)
         return time.perf_counter_ns()
 
+    def pace_point(self) -> None:
+        """For a builder or thunk doing long work (a kernel window's parse): called between
+        its steps on the delivery thread, hands the GIL over as after each record
+        (:meth:`_pace`); a no-op on any other thread."""
+        if threading.current_thread() is self._thread:
+            self._chunk_at = self._pace(self._chunk_at)
+
     def _deliver(
         self,
         topic: str,
@@ -305,10 +315,12 @@ class RecordProducer:
         """Build, encode and hand one queued item to librdkafka (delivery thread), pacing
         after each record it makes; returns the pacing chunk's start (:meth:`_pace`)."""
         try:
+            self._chunk_at = chunk_ns  # a long build paces itself (pace_point)
             if isinstance(value, str):
                 built = self.builders[value](*args)
             else:
                 built = value() if callable(value) else value
+            chunk_ns = self._chunk_at
             if built is None:
                 return self._pace(chunk_ns)
             many: Sequence[Mapping[str, Any] | bytes] = (

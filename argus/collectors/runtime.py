@@ -158,6 +158,8 @@ class Collector:
                 self.kernel_source = make_kernel_source(
                     cfg.kernels_backend, max_events=cfg.kernels_max_events
                 )
+                if hasattr(self.kernel_source, "pace"):  # its builds hand the GIL over
+                    setattr(self.kernel_source, "pace", self.producer.pace_point)  # noqa: B010
                 warm = getattr(self.kernel_source, "warm_up", None)
                 if warm is not None:
                     warm()

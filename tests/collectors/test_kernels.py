@@ -122,6 +122,39 @@ def test_cpu_profiler_window_builds_time_ordered_columns_off_thread() -> None:
     assert int(cols.name_idx.max()) < len(cols.names)
 
 
+def test_a_window_build_paces_itself_per_block_of_events() -> None:
+    """The build of a window calls the source's ``pace`` (the producer's ``pace_point``)
+    after each block of events read, so a large window is not one long hold of the GIL; the
+    columns are the same as unpaced."""
+    torch = pytest.importorskip("torch")
+    import threading
+
+    from argus.collectors.kernels.profiler import ProfilerSource, _columns
+
+    src = ProfilerSource(gpu=False, max_events=100_000)
+    src.warm_up()
+    m = torch.nn.Linear(16, 16)
+    src.start_window()
+    for _ in range(5):
+        m(torch.randn(4, 16)).sum().backward()
+    results = src._raw.stop() if src._raw is not None else None
+    src._prof = None
+    if results is None:
+        pytest.skip("this torch has no raw profiler calls")
+    calls = [0]
+
+    def pace() -> None:
+        calls[0] += 1
+
+    tid = threading.get_native_id()
+    paced = _columns(results, False, tid, 100_000, pace, block=8)
+    plain = _columns(results, False, tid, 100_000)
+    assert paced is not None and plain is not None and len(paced) > 24
+    assert calls[0] >= len(results.events()) // 8
+    assert paced.names == plain.names and np.array_equal(paced.start_ns, plain.start_ns)
+    assert np.array_equal(paced.name_idx, plain.name_idx)
+
+
 def test_profiler_windows_are_freed_without_a_full_gc() -> None:
     """The profiler's result objects sit in reference cycles; a window's build releases them
     so that RSS stays flat over thousands of windows (pytorch/pytorch#193348)."""

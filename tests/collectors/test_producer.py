@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -170,34 +171,26 @@ def test_background_threads_run_below_the_training_thread() -> None:
         p.close(0.1)
 
 
-def test_a_drain_hands_the_gil_back_after_each_record() -> None:
-    """Broker away (issue 19): the delivery thread gives the GIL up after every record it
-    builds, so a training thread that releases it (every torch op does) gets it back within
-    one record's work, not after the whole drain. Here 400 records of ~2 ms of Python work
-    each (0.8 s) with a 0.5 s switch interval: the main thread, releasing the GIL in a loop,
-    waited >= 0.5 s at once before (a 1.4 ms training step took a drain's 25-35 ms)."""
+def _spin(seconds: float) -> None:
+    t = time.perf_counter()
+    while time.perf_counter() - t < seconds:
+        pass
+
+
+def _gil_waits(p: RecordProducer, submit: Callable[[], None], queued: int) -> list[float]:
+    """With a 0.5 s switch interval, ``submit()`` records to ``p`` and, until ``queued``
+    records reach librdkafka, the main thread's gaps between two GIL acquisitions (s) while
+    it releases the GIL in a loop, as a torch op does; closes ``p``."""
     import sys
 
-    def slow() -> dict[str, Any]:
-        t = time.perf_counter()
-        while time.perf_counter() - t < 0.002:
-            pass
-        return DLQ
-
-    p = RecordProducer(
-        {"bootstrap.servers": f"127.0.0.1:{closed_port()}"},
-        max_records=1000,
-        drain_interval_s=0.05,
-    )
     old = sys.getswitchinterval()
     sys.setswitchinterval(0.5)
+    gaps = []
     try:
-        for _ in range(400):
-            p.submit("argus.dlq", b"k", "dlq_record", slow, 150)
-        gaps = []
+        submit()
         deadline = time.monotonic() + 30
         t = time.perf_counter()
-        while (p._queue or len(p._producer) < 400) and time.monotonic() < deadline:
+        while (p._queue or len(p._producer) < queued) and time.monotonic() < deadline:
             time.sleep(0)  # releases the GIL, as a torch op does; back when it is given
             now = time.perf_counter()
             gaps.append(now - t)
@@ -205,8 +198,53 @@ def test_a_drain_hands_the_gil_back_after_each_record() -> None:
     finally:
         sys.setswitchinterval(old)
         p.close(0.1)
+    return gaps
+
+
+def test_a_drain_hands_the_gil_back_after_each_record() -> None:
+    """Broker away (issue 19): the delivery thread gives the GIL up after every record it
+    builds, so a training thread that releases it (every torch op does) gets it back within
+    one record's work, not after the whole drain. Here 400 records of ~2 ms of Python work
+    each (0.8 s) with a 0.5 s switch interval: the main thread, releasing the GIL in a loop,
+    waited >= 0.5 s at once before (a 1.4 ms training step took a drain's 25-35 ms)."""
+
+    def slow() -> dict[str, Any]:
+        _spin(0.002)
+        return DLQ
+
+    p = RecordProducer(
+        {"bootstrap.servers": f"127.0.0.1:{closed_port()}"},
+        max_records=1000,
+        drain_interval_s=0.05,
+    )
+
+    def submit() -> None:
+        for _ in range(400):
+            p.submit("argus.dlq", b"k", "dlq_record", slow, 150)
+
+    gaps = _gil_waits(p, submit, 400)
     assert p.errors == 0 and len(gaps) > 400
     assert max(gaps) < 0.25, f"waited {max(gaps):.3f} s for the GIL"
+
+
+def test_a_long_build_hands_the_gil_back_at_its_pace_points() -> None:
+    """A single record whose build is long (a kernel window's parse: ~5 us an event, ~1 s
+    for a 200,000-event GPU window) calls :meth:`RecordProducer.pace_point` between its
+    steps, and the delivery thread hands the GIL over there as after each record. Here one
+    thunk of 400 steps of ~2 ms with a 0.5 s switch interval: the main thread waited >= 0.5 s
+    at once without the pace points (one record, no hand-over inside it)."""
+    p = RecordProducer({"bootstrap.servers": f"127.0.0.1:{closed_port()}"}, drain_interval_s=0.05)
+
+    def long_build() -> dict[str, Any]:
+        for _ in range(400):
+            _spin(0.002)
+            p.pace_point()
+        return DLQ
+
+    gaps = _gil_waits(p, lambda: p.submit("argus.dlq", b"k", "dlq_record", long_build, 150), 1)
+    assert p.errors == 0 and len(gaps) > 400
+    assert max(gaps) < 0.25, f"waited {max(gaps):.3f} s for the GIL"
+    p.pace_point()  # another thread (closed, too): a no-op
 
 
 def _held_objects() -> int:

@@ -36,21 +36,48 @@ __all__ = ["ProfilerSource"]
 _SKIP_PREFIXES = ("ProfilerStep", "[memory]")
 
 
-def _columns(results: Any, gpu: bool, main_tid: int, cap: int) -> KernelColumns | None:
-    """Columns of one window's Kineto results (``None``: no results)."""
+#: events read per pass between two :func:`_columns` pacing points (~5 us of getters each)
+_BLOCK = 256
+
+
+def _no_pace() -> None:
+    pass
+
+
+def _columns(
+    results: Any,
+    gpu: bool,
+    main_tid: int,
+    cap: int,
+    pace: Callable[[], None] = _no_pace,
+    block: int = _BLOCK,
+) -> KernelColumns | None:
+    """Columns of one window's Kineto results (``None``: no results). ``pace`` is called
+    after each ``block`` events read (the producer's :meth:`pace_point`: the delivery thread
+    hands the GIL over there, so a large window's parse is not one long hold of it)."""
     if results is None:
         return None
     evs = results.events()
-    if gpu:
-        evs = [e for e in evs if "CUDA" in str(e.device_type())]
-    names = [e.name() for e in evs]
-    keep = [i for i, n in enumerate(names) if not n.startswith(_SKIP_PREFIXES)]
-    if len(keep) < len(names):
-        evs = [evs[i] for i in keep]
-        names = [names[i] for i in keep]
-    stream = np.fromiter((e.device_resource_id() for e in evs), np.int64, len(evs))
-    start = np.fromiter((e.start_ns() for e in evs), np.int64, len(evs))
-    dur = np.fromiter((e.duration_ns() for e in evs), np.int64, len(evs))
+    pace()
+    names: list[str] = []
+    stream_l: list[int] = []
+    start_l: list[int] = []
+    dur_l: list[int] = []
+    for i in range(0, len(evs), block):
+        for e in evs[i : i + block]:
+            if gpu and "CUDA" not in str(e.device_type()):
+                continue
+            n = e.name()
+            if n.startswith(_SKIP_PREFIXES):
+                continue
+            names.append(n)
+            stream_l.append(e.device_resource_id())
+            start_l.append(e.start_ns())
+            dur_l.append(e.duration_ns())
+        pace()
+    stream = np.array(stream_l, np.int64)
+    start = np.array(start_l, np.int64)
+    dur = np.array(dur_l, np.int64)
     order = np.argsort(start, kind="stable")
     names = [names[i] for i in order.tolist()]
     stream, start, dur = stream[order], start[order], dur[order]
@@ -93,6 +120,9 @@ class ProfilerSource:
         self._prof: Any = None
         self._raw: Any = None if gpu else _raw_calls(tp.ProfilerActivity.CPU)
         self.cost_per_event_ns = 0.0  # calibrated by warm_up()
+        #: called between passes of a window's build (the collector sets the producer's
+        #: ``pace_point``: the delivery thread hands the GIL over there)
+        self.pace: Callable[[], None] = _no_pace
         self._main_tid = threading.get_native_id()
 
     def warm_up(self) -> None:
@@ -142,13 +172,13 @@ class ProfilerSource:
         prof, self._prof = self._prof, None
         if prof is None:
             return lambda: None
-        gpu, main_tid, cap = self.gpu, self._main_tid, self.max_events
+        gpu, main_tid, cap, pace = self.gpu, self._main_tid, self.max_events, self.pace
         if prof is self._raw:
             held = [prof.stop()]
 
             def build_raw() -> KernelColumns | None:
                 try:
-                    return _columns(held[0], gpu, main_tid, cap)
+                    return _columns(held[0], gpu, main_tid, cap, pace)
                 finally:
                     held.clear()
 
@@ -160,7 +190,7 @@ class ProfilerSource:
             # the events, the rest vectorised (a CPU-only window has no device events, so the
             # per-event device type is read only on GPU windows)
             try:
-                return _columns(prof.profiler.kineto_results, gpu, main_tid, cap)
+                return _columns(prof.profiler.kineto_results, gpu, main_tid, cap, pace)
             finally:
                 # the profiler objects hold reference cycles around the C++ results (~1 MiB
                 # per window here) that only a full gc frees: RSS grew without bound over
