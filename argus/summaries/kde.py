@@ -645,6 +645,7 @@ def summarize_blocks(
     block_sizes: npt.ArrayLike,
     *,
     config: KdeConfig = PAPER,
+    group_block: npt.ArrayLike | None = None,
 ) -> BlockSummaries:
     """:func:`summarize_many` of several independent blocks (e.g. rank-windows) in one call.
 
@@ -662,6 +663,12 @@ def summarize_blocks(
     block_sizes : (B,) array_like of non-negative int
         Events per block; they sum to n.
     config : KdeConfig
+    group_block : (G,) array_like of int, optional
+        When the caller has numbered the groups already (the compressor): ``group_ids`` are
+        indices 0..G-1 into it, ``group_block[g]`` is group g's block (non-decreasing), and a
+        block's groups are reported in index order; ``many.group_ids`` are these indices.
+        Saves the densification (a few passes over the events); the caller guarantees that
+        every event's group lies in the event's block.
 
     Raises
     ------
@@ -680,13 +687,23 @@ def summarize_blocks(
             f"block_sizes must be >= 0 and sum to the {g_in.size} events, "
             f"got sum {int(sizes.sum())}"
         )
-    return _summarize(g_in, d_in, sizes, config)
+    gb = None
+    if group_block is not None:
+        gb = np.asarray(group_block, dtype=np.int64)
+        if gb.ndim != 1 or (g_in.size and int(g_in.max()) >= gb.size):
+            raise SummaryInputError("group_ids must index group_block")
+    return _summarize(g_in, d_in, sizes, config, gb)
 
 
 def _summarize(
-    g_in: np.ndarray, d_in: np.ndarray, sizes: np.ndarray, config: KdeConfig
+    g_in: np.ndarray,
+    d_in: np.ndarray,
+    sizes: np.ndarray,
+    config: KdeConfig,
+    group_block_in: np.ndarray | None = None,
 ) -> BlockSummaries:
-    """The computation of :func:`summarize_blocks` (inputs validated; ``sizes`` (B,) int64).
+    """The computation of :func:`summarize_blocks` (inputs validated; ``sizes`` (B,) int64;
+    ``group_block_in``: its ``group_block``).
 
     See the module doc for the steps. With several blocks, each block keeps its own log
     offset ``x0`` and ``stride`` and the sort runs per block; floats are computed per group
@@ -721,7 +738,10 @@ def _summarize(
         x0s = np.minimum.reduceat(x, bounds[nz]).tolist()
         his = np.maximum.reduceat(x, bounds[nz]).tolist()
     strides = [2.0 ** math.ceil(math.log2(hi - lo + 1.0)) for lo, hi in zip(x0s, his, strict=True)]
-    label, ids, counts, group_block, first = _densify_blocks(g_in, sizes[nz])
+    if group_block_in is None:
+        label, ids, counts, group_block, first = _densify_blocks(g_in, sizes[nz])
+    else:
+        label, ids, counts, group_block, first = _numbered(g_in, group_block_in, sizes)
     del g_in
     n_groups = ids.size
     stride_b = np.asarray(strides)
@@ -827,6 +847,29 @@ def _empty_blocks(
     return BlockSummaries(
         _empty(config, rejected), np.zeros(len(per_block) + 1, np.int64), tuple(per_block)
     )
+
+
+def _numbered(
+    g: np.ndarray, group_block: np.ndarray, sizes: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_densify_blocks` of groups the caller numbered (``g`` (n,) < G, valid events
+    only; ``group_block`` (G,) non-decreasing block of each; ``sizes`` (B,) valid events per
+    block): groups left without an event are dropped, blocks without one too."""
+    counts = np.bincount(g, minlength=group_block.size)
+    present = counts > 0
+    ids = np.arange(group_block.size, dtype=np.int64)
+    label = g.astype(np.int64, copy=False)
+    if not present.all():
+        ids = ids[present]
+        counts = counts[present]
+        group_block = group_block[present]
+        lut = present.cumsum()
+        lut -= 1
+        label = lut[g]
+    pos = np.cumsum(sizes > 0) - 1  # block -> index among the blocks with events
+    group_block = pos[group_block]
+    first = np.searchsorted(group_block, np.arange(int(pos[-1]) + 2)).astype(np.int64)
+    return label, ids, counts.astype(np.int64, copy=False), group_block, first
 
 
 def _densify_blocks(

@@ -212,6 +212,15 @@ def summarize_batches(
     return [done.record(i, announced=ann[i]) for i in range(len(done))]
 
 
+def _numbering(slot: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """The distinct values of ``slot`` (n,) in ``[0, size)``, increasing; and, when ``size``
+    is too large for a lookup table, each entry's index among them (else None)."""
+    if size <= 4 * slot.size + 4096:
+        return np.flatnonzero(np.bincount(slot, minlength=size)), None
+    vals, inv = np.unique(slot, return_inverse=True)
+    return vals, inv.reshape(-1)
+
+
 class SummarizedBatches:
     """Many ``kernel_batch`` records compressed in one call; :meth:`record` builds each one's
     ``kernel_summary`` (as :func:`summarize_batch` would), in any order and when the caller
@@ -261,11 +270,8 @@ class SummarizedBatches:
         name_counts = np.fromiter((len(c[0]) for c in cols), np.int64, n_rec)
         kids = np.concatenate([_list_kids(c[0]) for c in cols])
         uk, k_of_name = np.unique(kids, return_inverse=True)
-        k_of_name = k_of_name.reshape(-1).astype(np.int64)
-        name_idx = np.concatenate([c[1] for c in cols]).astype(np.int64)
-        name_idx += (np.cumsum(name_counts) - name_counts).repeat(sizes)
+        k_of_name = k_of_name.reshape(-1)
         stream = np.concatenate([c[2] for c in cols])
-        dur = np.concatenate([c[3] for c in cols])
         if int(stream.max()) < 65536:
             present = np.bincount(stream, minlength=1) > 0
             us = np.flatnonzero(present).astype(np.uint32)
@@ -273,14 +279,38 @@ class SummarizedBatches:
         else:
             us, s_dense = np.unique(stream, return_inverse=True)
         width = max(us.size, 1)
-        gid = k_of_name[name_idx]
-        gid *= width
-        gid += s_dense.reshape(-1)
-        del name_idx, stream, k_of_name
-        res = summarize_blocks(gid, dur, sizes, config=config)
+        # slot = (record's name, stream), one per event: the name index made global, then
+        # numbered in the order of the groups (record, kernel id, stream)
+        slot = np.concatenate([c[1] for c in cols], dtype=np.int64)
+        slot += (np.cumsum(name_counts) - name_counts).repeat(sizes)
+        slot *= width
+        slot += s_dense.reshape(-1)
+        del stream, s_dense
+        used, inv = _numbering(slot, kids.size * width)
+        name, s_of = np.divmod(used, width)
+        n_k = max(uk.size, 1)
+        order = np.repeat(np.arange(n_rec), name_counts)[name]
+        order *= n_k
+        order += k_of_name[name]
+        order *= width
+        order += s_of
+        groups, g_of_slot = np.unique(order, return_inverse=True)  # a name may recur
+        g_of_slot = g_of_slot.reshape(-1)
+        if inv is None:
+            table = np.empty(kids.size * width, np.int64)
+            table[used] = g_of_slot
+            label = table[slot]
+        else:
+            label = g_of_slot[inv]
+        del slot, inv
+        dur = np.concatenate([c[3] for c in cols])
+        res = summarize_blocks(
+            label, dur, sizes, config=config, group_block=groups // (n_k * width)
+        )
         self._set(config, res.many, res.block_groups, [r.total for r in res.rejected])
-        self.gk_all = uk[res.many.group_ids // width].astype("<u4")
-        self.gs_all = us[res.many.group_ids % width].astype("<u4")
+        gid = groups[res.many.group_ids]
+        self.gk_all = uk[gid // width % n_k].astype("<u4")
+        self.gs_all = us[gid % width].astype("<u4")
         self._first_of_kernel(res.block_groups)
 
     def _first_of_kernel(self, block_groups: np.ndarray) -> None:
