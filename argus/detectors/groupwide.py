@@ -312,37 +312,43 @@ def receive_stats(rows: Sequence[tuple[int, Sequence[ReceiveRow]]], n: int) -> l
     """
     at: dict[tuple[str, str, int], int] = {}
     stages: dict[str, set[int]] = {}
+    first: dict[tuple[str, str, str, int], int] = {}  # (kind, gid, phase, rank) -> its stage
+    for _i, rs in rows:
+        for kind, gid, phase, rank, stage, _entries, _ns in rs:
+            at[(kind, gid, stage)] = rank
+            stages.setdefault(kind, set()).add(stage)
+            first.setdefault((kind, gid, phase, rank), stage)
+    has: dict[tuple[str, str], set[int]] = {}
+    for (kind, _gid, phase, _rank), stage in first.items():
+        has.setdefault((kind, phase), set()).add(stage)
+    sides: dict[tuple[str, str], int] = {}  # (kind, phase) -> where its sender is: -1, +1
+    for (kind, phase), here in has.items():
+        lo, hi = min(stages[kind]), max(stages[kind])
+        if lo == hi:
+            continue
+        if lo not in here and hi in here:
+            sides[(kind, phase)] = -1  # from the stage before
+        elif hi not in here and lo in here:
+            sides[(kind, phase)] = 1
+    if not sides:  # no phase tells a direction (one every stage has): nothing to compare
+        return []
     by: dict[tuple[str, str, str, int], tuple[int, list[int], np.ndarray]] = {}
     for i, rs in rows:
         for kind, gid, phase, rank, stage, entries, ns in rs:
-            at[(kind, gid, stage)] = rank
-            stages.setdefault(kind, set()).add(stage)
+            if (kind, phase) not in sides:
+                continue
             key = (kind, gid, phase, rank)
             if key not in by:
                 by[key] = (stage, [], np.full(n, np.nan))
             by[key][1].append(entries)
             by[key][2][i] = ns
-    has: dict[tuple[str, str], set[int]] = {}
-    for (kind, _gid, phase, _rank), (stage, _c, _t) in by.items():
-        has.setdefault((kind, phase), set()).add(stage)
     out: list[GroupStat] = []
     for (kind, gid, phase, rank), (stage, cnt, t) in sorted(by.items(), key=lambda kv: kv[0]):
-        lo, hi = min(stages[kind]), max(stages[kind])
-        here = has[(kind, phase)]
-        if lo == hi:
-            continue
-        if lo not in here and hi in here:
-            step = -1  # from the stage before
-        elif hi not in here and lo in here:
-            step = 1
-        else:
-            continue
-        sender = at.get((kind, gid, stage + step))
+        sender = at.get((kind, gid, stage + sides[(kind, phase)]))
         if sender is None:
             continue
-        out.append(
-            GroupStat(kind, gid, phase, (rank, sender), stage, t, rank, float(np.median(cnt)))
-        )
+        r, w = int(rank), float(np.median(cnt))
+        out.append(GroupStat(kind, gid, phase, (r, int(sender)), int(stage), t, r, w))
     return out
 
 

@@ -216,8 +216,8 @@ def _stats(
             if kind.endswith(RX):
                 if t is not None:
                     rank, stage, cnt = mem
-                    rx.setdefault(i, []).append(
-                        (kind[: -len(RX)], gid, phase, int(rank), int(stage), int(cnt), float(t))
+                    rx.setdefault(i, []).append(  # receive_stats makes ints of what it keeps
+                        (kind[: -len(RX)], gid, phase, rank, stage, cnt, t)
                     )
                 continue
             key = (kind, gid, phase)
