@@ -11,8 +11,9 @@ i.e. steady state), Avro-encoded as the collectors send them. Per round, on the 
 * **floor**: decode each record (``Codec.decode_as``) and sort its durations (``np.sort``):
   what any compressor must at least do;
 * **batched**: what the compressor agent does per poll, without Kafka: decode, validate
-  (``Checker.kernel_batch``) and merge parts (``PartAssembler``) each record, compress the
-  poll's windows in one ``SummarizedBatches`` call, then build and encode each summary;
+  (``Checker.kernel_batch_columns``) and merge parts (``PartAssembler``) each record, compress
+  the poll's windows in one ``SummarizedBatches`` call (given the columns the check unpacked),
+  then build and encode each summary;
 * **one at a time**: the same with a poll of one record (the agent before issue 21: one
   ``summarize_many`` per record).
 
@@ -117,14 +118,16 @@ class Compressor:
         self.announced: dict[str, set[int]] = {}
 
     def poll(self, raws: list[bytes]) -> int:
-        wholes = []
+        wholes, cols = [], []
+        check = getattr(self.check, "kernel_batch_columns", None)  # older trees: no columns
         for raw in raws:
             piece = self.codec.decode_as("kernel_batch", raw)
-            self.check.kernel_batch(piece)
+            c = check(piece) if check is not None else self.check.kernel_batch(piece)
             whole, _ = self.parts.add(piece, None)
             if whole is not None:
                 wholes.append(whole)
-        done = self.lib.SummarizedBatches(wholes)
+                cols.append(c if check is not None and whole is piece else None)
+        done = self.lib.SummarizedBatches(wholes, columns=cols if check is not None else None)
         out = 0
         for i, b in enumerate(wholes):
             known = self.announced.setdefault(f"{b['job']}/{b['rank']}", set())

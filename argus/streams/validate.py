@@ -70,7 +70,7 @@ import numpy as np
 from argus.detectors.findings import KINDS, LEVELS
 from argus.errors import ArgusError
 from argus.streams.limits import Limits
-from argus.summaries.summary_record import batch_columns, summary_columns
+from argus.summaries.summary_record import BatchColumns, batch_columns, summary_columns
 
 __all__ = [
     "MAX_STEP_RATE",
@@ -85,6 +85,7 @@ __all__ = [
     "time_skew",
     "validate_anomaly",
     "validate_kernel_batch",
+    "validate_kernel_batch_columns",
     "validate_kernel_summary",
     "validate_stack_batch",
     "validate_step",
@@ -217,7 +218,15 @@ def validate_step(rec: Mapping[str, Any], limits: Limits, raw: bytes | None = No
 
 
 def validate_kernel_batch(batch: Mapping[str, Any], limits: Limits) -> int:
-    """A ``kernel_batch`` (compressor input); returns its number of events.
+    """A ``kernel_batch`` (compressor input); returns its number of events. See
+    :func:`validate_kernel_batch_columns`."""
+    return int(validate_kernel_batch_columns(batch, limits)[1].size)
+
+
+def validate_kernel_batch_columns(batch: Mapping[str, Any], limits: Limits) -> BatchColumns:
+    """A ``kernel_batch`` (compressor input); returns its columns
+    (:func:`~argus.summaries.summary_record.batch_columns`: the compressor takes them as they
+    are, so a record's columns are unpacked once).
 
     Empty batches and batches over ``max_batch_events`` are rejected before any work on the
     columns; a kernel longer than ``max_duration_s`` rejects the batch (a clock or unit
@@ -238,8 +247,8 @@ def validate_kernel_batch(batch: Mapping[str, Any], limits: Limits) -> int:
         )
     if n == 0:
         raise InputError("empty", "kernel_batch has no kernel events")
-    _names, _idx, _stream, dur = batch_columns(batch)  # BatchError on inconsistent columns
-    hi = int(dur.max())
+    cols = batch_columns(batch)  # BatchError on inconsistent columns
+    hi = int(cols[3].max())
     if hi > limits.max_duration_s * _NS:
         raise InputError(
             "bad-duration",
@@ -247,7 +256,7 @@ def validate_kernel_batch(batch: Mapping[str, Any], limits: Limits) -> int:
         )
     if hi <= 0:
         raise InputError("bad-duration", f"all {n} kernel durations are <= 0")
-    return n
+    return cols
 
 
 def validate_kernel_summary(
@@ -577,10 +586,17 @@ class Checker:
         self._time("step_record", rec, rank, step, ("start_ns", "end_ns"), broker_s)
 
     def kernel_batch(self, batch: Mapping[str, Any], *, broker_s: float | None = None) -> int:
-        n = validate_kernel_batch(batch, self.limits)
+        return int(self.kernel_batch_columns(batch, broker_s=broker_s)[1].size)
+
+    def kernel_batch_columns(
+        self, batch: Mapping[str, Any], *, broker_s: float | None = None
+    ) -> BatchColumns:
+        """:meth:`kernel_batch`, returning the record's columns
+        (:func:`validate_kernel_batch_columns`)."""
+        cols = validate_kernel_batch_columns(batch, self.limits)
         rank, step = f"rank {batch['rank']}", int(batch["window_id"])
         self._time("kernel_batch", batch, rank, step, broker_s=broker_s)
-        return n
+        return cols
 
     def kernel_summary(self, rec: Mapping[str, Any], raw: bytes | None = None) -> None:
         validate_kernel_summary(rec, self.limits, raw)

@@ -646,6 +646,7 @@ def summarize_blocks(
     *,
     config: KdeConfig = PAPER,
     group_block: npt.ArrayLike | None = None,
+    group_counts: npt.ArrayLike | None = None,
 ) -> BlockSummaries:
     """:func:`summarize_many` of several independent blocks (e.g. rank-windows) in one call.
 
@@ -669,6 +670,10 @@ def summarize_blocks(
         block's groups are reported in index order; ``many.group_ids`` are these indices.
         Saves the densification (a few passes over the events); the caller guarantees that
         every event's group lies in the event's block.
+    group_counts : (G,) array_like of int, optional
+        With ``group_block``: the number of events of each group (the caller counted them
+        while numbering), saving a count over the events; used only when no event is
+        rejected. The caller guarantees them.
 
     Raises
     ------
@@ -692,7 +697,12 @@ def summarize_blocks(
         gb = np.asarray(group_block, dtype=np.int64)
         if gb.ndim != 1 or (g_in.size and int(g_in.max()) >= gb.size):
             raise SummaryInputError("group_ids must index group_block")
-    return _summarize(g_in, d_in, sizes, config, gb)
+    gc = None
+    if gb is not None and group_counts is not None:
+        gc = np.asarray(group_counts).astype(np.int64)
+        if gc.shape != gb.shape:
+            raise SummaryInputError("group_counts must have one count per group")
+    return _summarize(g_in, d_in, sizes, config, gb, gc)
 
 
 def _summarize(
@@ -701,9 +711,10 @@ def _summarize(
     sizes: np.ndarray,
     config: KdeConfig,
     group_block_in: np.ndarray | None = None,
+    group_counts_in: np.ndarray | None = None,
 ) -> BlockSummaries:
     """The computation of :func:`summarize_blocks` (inputs validated; ``sizes`` (B,) int64;
-    ``group_block_in``: its ``group_block``).
+    ``group_block_in``, ``group_counts_in``: its ``group_block``, ``group_counts``).
 
     See the module doc for the steps. With several blocks, each block keeps its own log
     offset ``x0`` and ``stride`` and the sort runs per block; floats are computed per group
@@ -741,7 +752,8 @@ def _summarize(
     if group_block_in is None:
         label, ids, counts, group_block, first = _densify_blocks(g_in, sizes[nz])
     else:
-        label, ids, counts, group_block, first = _numbered(g_in, group_block_in, sizes)
+        counted = group_counts_in if valid is None else None  # counts of all events
+        label, ids, counts, group_block, first = _numbered(g_in, group_block_in, sizes, counted)
     del g_in
     n_groups = ids.size
     stride_b = np.asarray(strides)
@@ -850,12 +862,14 @@ def _empty_blocks(
 
 
 def _numbered(
-    g: np.ndarray, group_block: np.ndarray, sizes: np.ndarray
+    g: np.ndarray, group_block: np.ndarray, sizes: np.ndarray, counts: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """:func:`_densify_blocks` of groups the caller numbered (``g`` (n,) < G, valid events
     only; ``group_block`` (G,) non-decreasing block of each; ``sizes`` (B,) valid events per
-    block): groups left without an event are dropped, blocks without one too."""
-    counts = np.bincount(g, minlength=group_block.size)
+    block; ``counts`` (G,) the events of each group in ``g`` when known): groups left without
+    an event are dropped, blocks without one too."""
+    if counts is None:
+        counts = np.bincount(g, minlength=group_block.size)
     present = counts > 0
     ids = np.arange(group_block.size, dtype=np.int64)
     label = g.astype(np.int64, copy=False)

@@ -47,6 +47,7 @@ from argus.summaries.kde import (
 from argus.summaries.quantile_wire import decode_log16, encode_log16, median_index
 
 __all__ = [
+    "BatchColumns",
     "BatchError",
     "KernelNames",
     "SummarizedBatches",
@@ -113,7 +114,11 @@ def _list_kids(names: list[str]) -> np.ndarray:
     return kids
 
 
-def batch_columns(batch: Mapping[str, Any]) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
+#: A ``kernel_batch``'s columns as :func:`batch_columns` gives them.
+BatchColumns = tuple[list[str], np.ndarray, np.ndarray, np.ndarray]
+
+
+def batch_columns(batch: Mapping[str, Any]) -> BatchColumns:
     """Decode and check the event columns of a ``kernel_batch`` record.
 
     Returns
@@ -192,7 +197,7 @@ def summarize_batches(
     *,
     config: KdeConfig | None = None,
     announced: Sequence[set[int] | None] | None = None,
-    columns: Sequence[tuple[list[str], np.ndarray, np.ndarray, np.ndarray]] | None = None,
+    columns: Sequence[BatchColumns | None] | None = None,
 ) -> list[dict[str, Any]]:
     """:func:`summarize_batch` of many records in one
     :func:`~argus.summaries.kde.summarize_blocks` call: each record equals, value for value,
@@ -212,13 +217,16 @@ def summarize_batches(
     return [done.record(i, announced=ann[i]) for i in range(len(done))]
 
 
-def _numbering(slot: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray | None]:
-    """The distinct values of ``slot`` (n,) in ``[0, size)``, increasing; and, when ``size``
-    is too large for a lookup table, each entry's index among them (else None)."""
+def _numbering(slot: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+    """The distinct values of ``slot`` (n,) in ``[0, size)``, increasing; when ``size`` is
+    too large for a lookup table, each entry's index among them (else None); and how many
+    entries hold each value."""
     if size <= 4 * slot.size + 4096:
-        return np.flatnonzero(np.bincount(slot, minlength=size)), None
-    vals, inv = np.unique(slot, return_inverse=True)
-    return vals, inv.reshape(-1)
+        bc = np.bincount(slot, minlength=size)
+        used = np.flatnonzero(bc)
+        return used, None, bc[used]
+    vals, inv, cnt = np.unique(slot, return_inverse=True, return_counts=True)
+    return vals, inv.reshape(-1), cnt
 
 
 class SummarizedBatches:
@@ -232,7 +240,8 @@ class SummarizedBatches:
     config : KdeConfig, optional
         As :func:`summarize_batch` (None: :data:`~argus.summaries.kde.DEFAULT`).
     columns : sequence, optional
-        Each record's :func:`batch_columns`, when the caller has them already.
+        Each record's :func:`batch_columns`, when the caller has them already (the
+        compressor: from validation); None entries are unpacked here.
 
     Raises
     ------
@@ -252,12 +261,13 @@ class SummarizedBatches:
         batches: Sequence[Mapping[str, Any]],
         *,
         config: KdeConfig | None = None,
-        columns: Sequence[tuple[list[str], np.ndarray, np.ndarray, np.ndarray]] | None = None,
+        columns: Sequence[BatchColumns | None] | None = None,
     ) -> None:
         config = DEFAULT if config is None else config
         self.batches = batches
         self.off_all: np.ndarray | None = None
-        cols = list(columns) if columns is not None else [batch_columns(b) for b in batches]
+        given = columns if columns is not None else [None] * len(batches)
+        cols = [batch_columns(b) if c is None else c for b, c in zip(batches, given, strict=True)]
         self.names = [c[0] for c in cols]
         n_rec = len(cols)
         sizes = np.fromiter((c[1].size for c in cols), np.int64, n_rec)
@@ -286,7 +296,7 @@ class SummarizedBatches:
         slot *= width
         slot += s_dense.reshape(-1)
         del stream, s_dense
-        used, inv = _numbering(slot, kids.size * width)
+        used, inv, slot_n = _numbering(slot, kids.size * width)
         name, s_of = np.divmod(used, width)
         n_k = max(uk.size, 1)
         order = np.repeat(np.arange(n_rec), name_counts)[name]
@@ -305,7 +315,12 @@ class SummarizedBatches:
         del slot, inv
         dur = np.concatenate([c[3] for c in cols])
         res = summarize_blocks(
-            label, dur, sizes, config=config, group_block=groups // (n_k * width)
+            label,
+            dur,
+            sizes,
+            config=config,
+            group_block=groups // (n_k * width),
+            group_counts=np.bincount(g_of_slot, weights=slot_n, minlength=groups.size),
         )
         self._set(config, res.many, res.block_groups, [r.total for r in res.rejected])
         gid = groups[res.many.group_ids]

@@ -49,7 +49,7 @@ from argus.streams.app import (
 from argus.streams.fidelity import check_batches
 from argus.streams.roles.l3 import L3Windows, route_summary
 from argus.streams.validate import checker
-from argus.summaries.summary_record import SummarizedBatches, summary_columns
+from argus.summaries.summary_record import BatchColumns, SummarizedBatches, summary_columns
 
 __all__ = ["register_compressor", "register_l3"]
 
@@ -109,19 +109,22 @@ def register_compressor(ctx: Ctx) -> None:
     records_out = metrics.RECORDS_OUT.labels("compressor", "summary.kernels")  # no lookups
     ratio_of: dict[str, Any] = {}  # job -> its compression-ratio gauge child
 
-    async def take(event: faust.EventT) -> tuple[dict[str, Any], Mapping[str, Any]] | None:
-        """Decode, check and merge one raw record: the whole window when it is complete."""
+    async def take(
+        event: faust.EventT,
+    ) -> tuple[dict[str, Any], Mapping[str, Any], BatchColumns | None] | None:
+        """Decode, check and merge one raw record: the whole window when it is complete, and
+        its columns when it is this record (one part: unpacked once, by the check)."""
         records_in.inc()
         note_consumed(event)
         try:
             piece = ctx.codec.decode_as("kernel_batch", event.message.value or b"")
-            checker(ctx).kernel_batch(piece, broker_s=event.message.timestamp)
+            cols = checker(ctx).kernel_batch_columns(piece, broker_s=event.message.timestamp)
             whole, given_up = hold_part(piece, event)
         except Exception as exc:
             await ctx.dlq(event, exc, "compressor")
             return None
         await release_parts(given_up)
-        return None if whole is None else (piece, whole)
+        return None if whole is None else (piece, whole, cols if whole is piece else None)
 
     # A split window's parts are held in memory until its last part: each held part's offset
     # is held uncommitted (argus.streams.held) until the window is summarised or given up
@@ -193,7 +196,7 @@ def register_compressor(ctx: Ctx) -> None:
     async def poll(events: list[faust.EventT]) -> None:
         """The events taken in one poll: every complete window compressed in one call
         (:class:`~argus.summaries.summary_record.SummarizedBatches`), then sent in order."""
-        ready: list[tuple[faust.EventT, dict[str, Any], Mapping[str, Any]]] = []
+        ready: list[tuple[faust.EventT, dict[str, Any], Mapping[str, Any], Any]] = []
 
         async def one(event: faust.EventT) -> None:
             got = await take(event)
@@ -205,11 +208,13 @@ def register_compressor(ctx: Ctx) -> None:
         if not ready:
             return
         try:
-            done: SummarizedBatches | None = SummarizedBatches([w for _, _, w in ready])
+            done: SummarizedBatches | None = SummarizedBatches(
+                [w for _, _, w, _ in ready], columns=[c for _, _, _, c in ready]
+            )
         except Exception:  # one bad window must not cost the others: one at a time
             log.exception("compressor: a poll of %d windows failed; one at a time", len(ready))
             done = None
-        for i, (event, piece, whole) in enumerate(ready):
+        for i, (event, piece, whole, _) in enumerate(ready):
             src, j = done, i
             if src is None:
                 try:
