@@ -624,15 +624,8 @@ def join_blocks(parts: Sequence[GroupBatch]) -> list[GroupBatch] | None:
     :func:`argus.detectors.inputs.merge_group_windows` joins them; the groups whose parts lie
     in the same batches are joined in one go. None when a group's parts differ in steps or
     phases, or share a rank (the caller then merges windows in general)."""
-    where: dict[tuple[str, str], list[tuple[int, int]]] = {}
-    for bi, b in enumerate(parts):
-        for row, gid in enumerate(b.group_ids):
-            where.setdefault((b.group_kind, gid), []).append((bi, row))
-    pats: dict[tuple[int, ...], list[tuple[str, list[int]]]] = {}
-    for (_kind, gid), locs in where.items():
-        pats.setdefault(tuple(bi for bi, _ in locs), []).append((gid, [r for _, r in locs]))
     out: list[GroupBatch] = []
-    for pat, items in pats.items():
+    for pat, gids, rows in _join_plan(parts):
         bs = [parts[bi] for bi in pat]
         b0 = bs[0]
         if any(
@@ -642,8 +635,6 @@ def join_blocks(parts: Sequence[GroupBatch]) -> list[GroupBatch] | None:
             for b in bs[1:]
         ):
             return None
-        items.sort(key=lambda x: x[0])
-        rows = np.array([r for _, r in items], dtype=np.int64)  # (G, parts)
         if len(pat) == 1:
             out.append(b0.take(rows[:, 0]))
             continue
@@ -658,7 +649,7 @@ def join_blocks(parts: Sequence[GroupBatch]) -> list[GroupBatch] | None:
             GroupBatch(
                 job=b0.job,
                 group_kind=b0.group_kind,
-                group_ids=tuple(gid for gid, _ in items),
+                group_ids=gids,
                 ranks=ranks,
                 steps=b0.steps,
                 phases=b0.phases,
@@ -670,6 +661,38 @@ def join_blocks(parts: Sequence[GroupBatch]) -> list[GroupBatch] | None:
             )
         )
     return out
+
+
+_Plan = list[tuple[tuple[int, ...], tuple[str, ...], np.ndarray]]
+_PLANS: dict[tuple[tuple[str, tuple[str, ...]], ...], _Plan] = {}
+
+
+def _join_plan(parts: Sequence[GroupBatch]) -> _Plan:
+    """Which groups of ``parts`` :func:`join_blocks` joins, and from where: per pattern of
+    parts holding a group (part indices), its groups' ids (sorted) and rows (G, parts).
+    It depends on the parts' kinds and group ids alone, which a job's blocks repeat step
+    after step: kept for the last few sets of them."""
+    key = tuple((b.group_kind, b.group_ids) for b in parts)
+    plan = _PLANS.get(key)
+    if plan is not None:
+        return plan
+    where: dict[tuple[str, str], list[tuple[int, int]]] = {}
+    for bi, b in enumerate(parts):
+        for row, gid in enumerate(b.group_ids):
+            where.setdefault((b.group_kind, gid), []).append((bi, row))
+    pats: dict[tuple[int, ...], list[tuple[str, list[int]]]] = {}
+    for (_kind, gid), locs in where.items():
+        pats.setdefault(tuple(bi for bi, _ in locs), []).append((gid, [r for _, r in locs]))
+    plan = []
+    for pat, items in pats.items():
+        items.sort(key=lambda x: x[0])
+        rows = np.array([r for _, r in items], dtype=np.int64)  # (G, parts)
+        rows.setflags(write=False)
+        plan.append((pat, tuple(gid for gid, _ in items), rows))
+    if len(_PLANS) >= 16:
+        _PLANS.pop(next(iter(_PLANS)))
+    _PLANS[key] = plan
+    return plan
 
 
 def detect_batches(batches: Sequence[GroupBatch], cfg: L2Config | None = None) -> list[Finding]:
