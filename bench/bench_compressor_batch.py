@@ -192,7 +192,20 @@ def main() -> int:
         help="also run the batched and one-at-a-time paths of the argus package under DIR "
         "(a worktree of an older commit) in the same rounds",
     )
+    ap.add_argument(
+        "--malloc",
+        choices=("kept", "default"),
+        default="kept",
+        help="kept: argus.malloc.keep_freed_blocks() first, as the compressor agent and "
+        "argus diagnose do (process-wide: --baseline runs under it too); default: glibc's",
+    )
     args = ap.parse_args()
+    if args.malloc == "kept":
+        from argus.malloc import keep_freed_blocks
+
+        print(f"malloc: freed blocks kept (argus.malloc): {keep_freed_blocks()}")
+    else:
+        print("malloc: glibc defaults")
     base = baseline_lib(args.baseline) if args.baseline else None
     if args.recorded:
         recorded(args.recorded, max(3, args.rounds // 3))

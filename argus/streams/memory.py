@@ -308,8 +308,10 @@ def batches_summaries(
         A record with inconsistent columns (the message names it, as :func:`batch_summaries`).
     """
     from argus.errors import DetectorInputError
+    from argus.malloc import keep_freed_blocks
     from argus.summaries.summary_record import BatchError
 
+    keep_freed_blocks()  # as the compressor agent: the chunks' temporaries reuse heap pages
     out: list[dict[str, Any]] = []
     chunk: list[Mapping[str, Any]] = []
     cols: list[Any] = []

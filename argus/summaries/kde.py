@@ -1080,14 +1080,18 @@ def _cluster_quantiles(
     cluster's first event (an integer) and an offset inside the cluster, so the floats do
     not depend on where the cluster lies in ``xs``.
     """
-    q = (ccount - 1)[:, None] * levels[None, :]
-    lo = q.astype(np.int64)  # floor: q >= 0
-    pl = q - lo
+    pl = np.multiply.outer(ccount - 1, levels)  # positions inside each cluster
+    lo = pl.astype(np.int64)  # floor: >= 0
+    pl -= lo  # in place from here: (C, L) temporaries are most of this function's time
     lo += cstart[:, None]
     hi = lo + (pl > 0)  # lo itself where the position is an event (then pl = 0)
     o = off[:, None]
-    a = np.exp(xs[lo] - o)
-    b = np.exp(xs[hi] - o)
+    a = xs[lo]
+    a -= o
+    np.exp(a, out=a)
+    b = xs[hi]
+    b -= o
+    np.exp(b, out=b)
     b -= a
     b *= pl
     b += a

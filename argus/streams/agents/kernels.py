@@ -34,6 +34,7 @@ from typing import Any
 import faust
 
 from argus.kafka.admin import partition_count
+from argus.malloc import keep_freed_blocks
 from argus.routing import Routing
 from argus.schemas.kernel_parts import Incomplete, PartAssembler
 from argus.streams import held as held_offsets
@@ -65,6 +66,7 @@ _PART_MAX_AGE_S = 120.0
 
 
 def register_compressor(ctx: Ctx) -> None:
+    keep_freed_blocks()  # a poll's numpy temporaries reuse heap pages (argus.malloc)
     src = ctx.external("raw.kernels")
     announced: dict[str, set[int]] = {}
     since: dict[str, int] = defaultdict(int)
