@@ -32,16 +32,11 @@ import fastavro
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
 from argus.errors import DecodeError, EncodeError, SchemaNotFound
-from argus.schemas.body_writer import Unsupported, body_writer
 
 __all__ = ["SINGLE_OBJECT_MAGIC", "Codec", "RecordSchema", "load_schemas"]
 
 SINGLE_OBJECT_MAGIC = b"\xc3\x01"
 CONFLUENT_MAGIC = 0
-#: Records written by :func:`~argus.schemas.body_writer.body_writer` (the compressor's output,
-#: issue 21); fastavro writes the others, and any value the Python writer does not take.
-_PY_WRITTEN = frozenset({"kernel_summary"})
-_UNBUILT = object()
 
 
 @dataclass(frozen=True)
@@ -133,7 +128,6 @@ class Codec:
         # write-hinted parses for encoding: fastavro re-parses a schema parsed without the hint
         # on every schemaless_writer call (~25 us of a ~45 us step-record encode)
         self._writers: dict[str, Any] = {}
-        self._bodies: dict[str, Any] = {}  # name -> body_writer's function (None: fastavro)
         self._readers: dict[bytes, tuple[Any, Any]] = {}  # the same for decoding, by fingerprint
         self._headers: dict[str, bytes] = {}
         if registry_url:
@@ -164,15 +158,6 @@ class Codec:
             When ``value`` does not match the schema (the message names the record).
         """
         s = self.schema(name)
-        if name in _PY_WRITTEN:
-            body = self._bodies.get(name, _UNBUILT)
-            if body is _UNBUILT:
-                body = self._bodies[name] = body_writer(s.raw)
-            if body is not None:
-                try:
-                    return self._header(s) + body(value)
-                except Unsupported:
-                    pass  # fastavro writes it (the same bytes) or says what is wrong
         writer = self._writers.get(name)
         if writer is None:
             writer = self._writers[name] = fastavro.parse_schema(s.raw)
