@@ -57,6 +57,7 @@ LAYERS: dict[str, int | str] = {
     "argus.config": 0,
     "argus.errors": 0,
     "argus.kafka.security": 0,
+    "argus.malloc": 0,  # glibc allocator settings of the processes that compress (ctypes only)
     "argus.schemas": 1,
     "argus.routing": 1,
     "argus.ranks": 1,  # rank lists as text (reports, alerts, commands)

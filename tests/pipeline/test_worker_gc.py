@@ -25,7 +25,7 @@ def test_worker_freezes_its_heap_once_started(topic_prefix: str, tmp_path: Path)
     try:
         deadline = time.monotonic() + 90
         frozen = None
-        while frozen is None and w.alive():
+        while frozen is None and w.alive:
             assert time.monotonic() < deadline, f"no frozen heap after 90 s:\n{log.read_text()}"
             time.sleep(0.2)
             frozen = re.search(r"heap frozen after start-up: (\d+) objects", log.read_text())
