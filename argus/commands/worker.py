@@ -113,19 +113,9 @@ def worker(
     app, app_ctx = build_app(
         settings, _ALL if "all" in chosen else chosen, pcfg=pcfg, instance_id=instance_id
     )
-    from argus.kafka.admin import ensure_topics
+    from argus.streams.worker_topics import ensure_worker_topics
 
-    for names, config in (  # before faust's first metadata (see ensure_topics)
-        ([t.get_topic_name() for t in app_ctx.internal.values()], None),
-        ([t.changelog_topic_name for t in app_ctx.durable.tables], {"cleanup.policy": "compact"}),
-    ):
-        ensure_topics(
-            settings,
-            names,
-            partitions=pcfg.internal_partitions,
-            replication=pcfg.replication,
-            config=config,
-        )
+    ensure_worker_topics(settings, app_ctx)  # before faust's first metadata (ensure_topics)
     metrics.serve(metrics_addr if metrics_addr is not None else pcfg.metrics_port)
     # faust's data dir (build_app: <state_dir>/workers/<app id>); faust makes only its last level
     (settings.state_dir / "workers").mkdir(parents=True, exist_ok=True)

@@ -91,6 +91,7 @@ class Ctx:
             value_serializer="raw",
             partitions=self.pcfg.internal_partitions,
             replicas=self.pcfg.replication,
+            retention=self.pcfg.internal_retention_s,  # if faust creates it (worker_topics)
             internal=True,
         )
         self.internal[name] = t

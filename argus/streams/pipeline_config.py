@@ -101,6 +101,17 @@ class PipelineConfig(Limits):
         close (incomplete) before the funnel's last window does. 150.
     internal_partitions : int
         Partitions of the re-key topics and tables (scale-out unit of L1/L2/L3/funnel).
+    internal_retention_s : float
+        ``retention.ms`` of the re-key topics (``<prefix>.internal.*``), set when a worker
+        creates them (s; never on the table changelogs, which are compacted state). A record
+        there is needed only until the window agent behind it commits, a second or so; a
+        restarted worker reads from its committed offset, and only a role down (or a window
+        agent stalled) longer than this loses the records it had not yet taken. 24 h: an
+        overnight outage of the steps roles (``raw.steps`` keeps 7 days; the kernel path
+        cannot outlast ``raw.kernels``' 6 h anyway), at 6.3 TB of disk for a 10,000-GPU job
+        at 15 steps/min, replication 3, instead of the broker default's 7 days, 44 TB
+        (docs/deploy.md, "Brokers and disks"). Topics created before keep theirs; the worker
+        warns at start when it differs.
     fidelity_every : int
         One in this many kernel windows is kept raw for the live fidelity check.
     stack_window_s : float
@@ -145,6 +156,7 @@ class PipelineConfig(Limits):
     funnel_idle_s: float = 150.0
     funnel_l3_wait_s: float = 600.0
     internal_partitions: int = 4
+    internal_retention_s: float = 86_400.0
     fidelity_every: int = 16
     stack_window_s: float = 10.0
     metrics_port: int = 0
