@@ -75,12 +75,14 @@ if TYPE_CHECKING:
 __all__ = [
     "GroupStat",
     "GroupwideConfig",
+    "ReceiveColumns",
     "ReceiveRow",
     "cell_receive_rows",
     "detect",
     "detect_stats",
     "group_stats",
     "hosts_of",
+    "receive_column_stats",
     "receive_rows",
     "receive_stats",
     "stage_of",
@@ -302,28 +304,54 @@ def _receives(
 
 def receive_stats(rows: Sequence[tuple[int, Sequence[ReceiveRow]]], n: int) -> list[GroupStat]:
     """Receive rows of ``n`` steps (``(step index, rows)``) -> one receive :class:`GroupStat`
-    per (rank, phase), members ``(receiver, sender)``.
+    per (rank, phase), members ``(receiver, sender)``: :func:`receive_column_stats` of the
+    rows as columns."""
+    flat = [(i, *r) for i, rs in rows for r in rs]
+    if not flat:
+        return []
+    return receive_column_stats(tuple(zip(*flat, strict=True)), n)  # type: ignore[arg-type]
+
+
+ReceiveColumns = tuple[
+    Sequence[int],
+    Sequence[str],
+    Sequence[str],
+    Sequence[str],
+    Sequence[int],
+    Sequence[int],
+    Sequence[int],
+    Sequence[float],
+]
+"""Receive rows as columns, rows in order: (step index, group kind, group id, phase, rank,
+stage, entries, shortest entry ns) (:data:`ReceiveRow` and its step index)."""
+
+
+def receive_column_stats(cols: ReceiveColumns, n: int) -> list[GroupStat]:
+    """Receive rows of ``n`` steps as columns (:data:`ReceiveColumns`) -> one receive
+    :class:`GroupStat` per (rank, phase), members ``(receiver, sender)``.
 
     The sender is the receiver's neighbour in its pipeline group, on the side the data comes
     from: a phase no rank of the first stage has comes from the stage before (forward
     activations), one the last stage lacks from the stage after (gradients); a phase every
     stage (or none of the ends) has tells no direction and is left out. A rank's neighbour is
-    the rank of the same group id one stage over (any phase's rows name it).
+    the rank of the same group id one stage over (any phase's rows name it). The direction
+    is found from the columns whole (dicts and sets of them, a rank's first stage per
+    phase); the rows are walked one by one only when a phase has one.
     """
-    at: dict[tuple[str, str, int], int] = {}
-    stages: dict[str, set[int]] = {}
-    first: dict[tuple[str, str, str, int], int] = {}  # (kind, gid, phase, rank) -> its stage
-    for _i, rs in rows:
-        for kind, gid, phase, rank, stage, _entries, _ns in rs:
-            at[(kind, gid, stage)] = rank
-            stages.setdefault(kind, set()).add(stage)
-            first.setdefault((kind, gid, phase, rank), stage)
+    _idx, kinds, gids, phases, ranks, stages, _entries, _ns = cols
+    # (kind, gid, stage) -> its last rank; (kind, gid, phase, rank) -> its first stage
+    at = dict(zip(zip(kinds, gids, stages, strict=True), ranks, strict=True))
+    known: dict[str, set[int]] = {}
+    for kind, stage in set(zip(kinds, stages, strict=True)):
+        known.setdefault(kind, set()).add(stage)
+    keys = list(zip(kinds, gids, phases, ranks, strict=True))
+    first = dict(zip(reversed(keys), reversed(stages), strict=True))
     has: dict[tuple[str, str], set[int]] = {}
     for (kind, _gid, phase, _rank), stage in first.items():
         has.setdefault((kind, phase), set()).add(stage)
     sides: dict[tuple[str, str], int] = {}  # (kind, phase) -> where its sender is: -1, +1
     for (kind, phase), here in has.items():
-        lo, hi = min(stages[kind]), max(stages[kind])
+        lo, hi = min(known[kind]), max(known[kind])
         if lo == hi:
             continue
         if lo not in here and hi in here:
@@ -333,15 +361,14 @@ def receive_stats(rows: Sequence[tuple[int, Sequence[ReceiveRow]]], n: int) -> l
     if not sides:  # no phase tells a direction (one every stage has): nothing to compare
         return []
     by: dict[tuple[str, str, str, int], tuple[int, list[int], np.ndarray]] = {}
-    for i, rs in rows:
-        for kind, gid, phase, rank, stage, entries, ns in rs:
-            if (kind, phase) not in sides:
-                continue
-            key = (kind, gid, phase, rank)
-            if key not in by:
-                by[key] = (stage, [], np.full(n, np.nan))
-            by[key][1].append(entries)
-            by[key][2][i] = ns
+    for i, kind, gid, phase, rank, stage, entries, ns in zip(*cols, strict=True):
+        if (kind, phase) not in sides:
+            continue
+        key = (kind, gid, phase, rank)
+        if key not in by:
+            by[key] = (stage, [], np.full(n, np.nan))
+        by[key][1].append(entries)
+        by[key][2][i] = ns
     out: list[GroupStat] = []
     for (kind, gid, phase, rank), (stage, cnt, t) in sorted(by.items(), key=lambda kv: kv[0]):
         sender = at.get((kind, gid, stage + sides[(kind, phase)]))

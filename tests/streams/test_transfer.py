@@ -145,3 +145,111 @@ def test_batch_rows_are_the_windows_rows(scenario: str, layout: str) -> None:
             if sk in ("comm", "p2p")
         )
     assert rows and gaps
+
+
+def _reference_stats(rows: Any, n: int, members: dict[str, list[int]]) -> list[Any]:
+    """``transfer._stats`` and ``groupwide.receive_stats`` of ``3c2f990``, row by row."""
+    import numpy as np
+
+    from argus.detectors.groupwide import GroupStat, stage_of
+
+    by: dict[Any, Any] = {}
+    rx: dict[int, list[Any]] = {}
+    for i, rs in rows:
+        for kind, gid, phase, mem, t in rs:
+            if kind.endswith(">rx"):
+                if t is not None:
+                    rx.setdefault(i, []).append((kind[:-3], gid, phase, *mem, t))
+                continue
+            key = (kind, gid, phase)
+            if key not in by:
+                m = mem or members.get(f"{kind}|{gid}") or []
+                if not m:
+                    continue
+                by[key] = (tuple(int(r) for r in m), np.full(n, np.nan))
+            if t is not None:
+                by[key][1][i] = t
+    out = [GroupStat(k, g, p, m, stage_of(g), t) for (k, g, p), (m, t) in sorted(by.items())]
+    at: dict[Any, int] = {}
+    stages: dict[str, set[int]] = {}
+    first: dict[Any, int] = {}
+    for _i, rs in sorted(rx.items()):
+        for kind, gid, phase, rank, stage, _e, _ns in rs:
+            at[(kind, gid, stage)] = rank
+            stages.setdefault(kind, set()).add(stage)
+            first.setdefault((kind, gid, phase, rank), stage)
+    has: dict[Any, set[int]] = {}
+    for (kind, _gid, phase, _rank), stage in first.items():
+        has.setdefault((kind, phase), set()).add(stage)
+    sides = {}
+    for (kind, phase), here in has.items():
+        lo, hi = min(stages[kind]), max(stages[kind])
+        if lo != hi and lo not in here and hi in here:
+            sides[(kind, phase)] = -1
+        elif lo != hi and hi not in here and lo in here:
+            sides[(kind, phase)] = 1
+    rbys: dict[Any, Any] = {}
+    for i, rs in sorted(rx.items()):
+        for kind, gid, phase, rank, stage, entries, ns in rs:
+            if (kind, phase) in sides:
+                v = rbys.setdefault((kind, gid, phase, rank), (stage, [], np.full(n, np.nan)))
+                v[1].append(entries)
+                v[2][i] = ns
+    for (kind, gid, phase, rank), (stage, cnt, t) in sorted(rbys.items(), key=lambda kv: kv[0]):
+        sender = at.get((kind, gid, stage + sides[(kind, phase)]))
+        if sender is not None:
+            r, w = int(rank), float(np.median(cnt))
+            out.append(GroupStat(kind, gid, phase, (r, int(sender)), int(stage), t, r, w))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_window_stats_read_as_columns_are_the_rows_one_by_one(seed: int) -> None:
+    """The job tier reads each part's rows as columns (:func:`transfer._stats`: a part's
+    receive rows as its tail or mixed in, times None, members missing or from the kept ones,
+    a rank's stage changing, receives with and without a direction): the same stats, float
+    for float, as the rows read one by one (``3c2f990``'s code)."""
+    import random
+
+    import numpy as np
+
+    from argus.streams.roles.transfer import _stats
+
+    rnd = random.Random(seed)
+    n = rnd.randint(1, 5)
+    rows = []
+    for i in rnd.sample(range(n), rnd.randint(0, n)) * rnd.choice([1, 2]):
+        grp = [
+            (
+                rnd.choice(["dp", "tp"]),
+                f"x{rnd.randrange(3)}",
+                rnd.choice(["ar", "ag"]),
+                rnd.choice([[], [1, 2], [3]]),
+                rnd.choice([None, 1.0, float(rnd.randint(1, 9))]),
+            )
+            for _ in range(rnd.randint(0, 6))
+        ]
+        rx = []
+        for _ in range(rnd.randint(0, 12)):
+            stage = rnd.randrange(rnd.randint(1, 4))
+            rx.append(
+                (
+                    rnd.choice(["pp>rx", "pp2>rx"]),
+                    f"g{rnd.randrange(3)}",
+                    rnd.choice(["a", "b", "c"]),
+                    [rnd.randrange(8), stage, rnd.randint(1, 4)],
+                    rnd.choice([None, 1.0, 2.5, float(rnd.randint(1, 99))]),
+                )
+            )
+        part = grp + rx
+        if rnd.random() < 0.5:
+            rnd.shuffle(part)
+        rows.append((i, part))
+    members = {"dp|x0": [5, 6]} if rnd.random() < 0.5 else {}
+    got, want = _stats(rows, n, members), _reference_stats(rows, n, members)
+    assert [
+        (g.group_kind, g.group_id, g.phase, g.members, g.stage, g.rank, g.weight) for g in got
+    ] == [(g.group_kind, g.group_id, g.phase, g.members, g.stage, g.rank, g.weight) for g in want]
+    assert all(
+        np.array_equal(a.t_ns, b.t_ns, equal_nan=True) for a, b in zip(got, want, strict=True)
+    )

@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -208,27 +209,102 @@ def _stats(
     """Rows of ``n`` steps (``(step index, rows)``) -> one GroupStat per (group, phase), and
     one receive GroupStat per (rank, p2p phase) (:func:`argus.detectors.groupwide.receive_stats`);
     a group row without members takes them from ``members`` (``"<kind>|<id>"``), or is left
-    out when they are unknown."""
-    by: dict[tuple[str, str, str], tuple[tuple[int, ...], np.ndarray]] = {}
-    rx: dict[int, list[groupwide.ReceiveRow]] = {}
+    out when they are unknown.
+
+    A part's rows are read as columns (a block's receive rows follow its group rows): its
+    groups' rows of a (group, phase) already met are found with one lookup each and their
+    times written at once; only a (group, phase)'s first row is looked at alone."""
+    index: dict[tuple[str, str, str], int] = {}  # (kind, gid, phase) -> its row of the times
+    mems: list[tuple[int, ...]] = []
+    fills: list[tuple[np.ndarray, int, np.ndarray]] = []  # (rows, step index, ns), in order
+    rx: dict[int, list[Sequence[TransferRow]]] = {}
     for i, rs in rows:
-        for kind, gid, phase, mem, t in rs:
-            if kind.endswith(RX):
-                if t is not None:
-                    rank, stage, cnt = mem
-                    rx.setdefault(i, []).append(  # receive_stats makes ints of what it keeps
-                        (kind[: -len(RX)], gid, phase, rank, stage, cnt, t)
-                    )
-                continue
-            key = (kind, gid, phase)
-            if key not in by:
-                m = mem or members.get(f"{kind}|{gid}") or []
-                if not m:
-                    continue
-                by[key] = (tuple(int(r) for r in m), np.full(n, np.nan))
-            if t is not None:
-                by[key][1][i] = t
+        grp, rxs = _split_rx(rs)
+        if grp:
+            _fill(grp, i, index, mems, fills, members)
+        if rxs:
+            rx.setdefault(i, []).append(rxs)
+    t_ns = np.full((len(index), n), np.nan)
+    for at, i, ns in fills:
+        t_ns[at, i] = ns
     return [
-        groupwide.GroupStat(kind, gid, phase, mem, groupwide.stage_of(gid), t)
-        for (kind, gid, phase), (mem, t) in sorted(by.items())
-    ] + groupwide.receive_stats(sorted(rx.items()), n)
+        groupwide.GroupStat(kind, gid, phase, mems[j], groupwide.stage_of(gid), t_ns[j])
+        for (kind, gid, phase), j in sorted(index.items())
+    ] + groupwide.receive_column_stats(_rx_columns(sorted(rx.items())), n)
+
+
+def _rx_columns(
+    parts: Sequence[tuple[int, list[Sequence[TransferRow]]]],
+) -> groupwide.ReceiveColumns:
+    """Receive rows (``(step index, each part's receive rows)``) as the columns of
+    :func:`argus.detectors.groupwide.receive_column_stats`, the suffix off their kinds and
+    rows without a time left out (it makes ints of what it keeps)."""
+    cols: list[list[Any]] = [[] for _ in range(8)]
+    for i, chunks in parts:
+        for rs in chunks:
+            kinds, gids, phases, ms, ts = zip(*rs, strict=True)
+            if None in ts:
+                kept = [r for r in rs if r[4] is not None]
+                if not kept:
+                    continue
+                kinds, gids, phases, ms, ts = zip(*kept, strict=True)
+            strip = {k: k[: -len(RX)] for k in set(kinds)}
+            ranks, stages, entries = zip(*ms, strict=True)
+            for col, v in zip(
+                cols,
+                (
+                    [i] * len(ts),
+                    map(strip.__getitem__, kinds),
+                    gids,
+                    phases,
+                    ranks,
+                    stages,
+                    entries,
+                    ts,
+                ),
+                strict=True,
+            ):
+                col.extend(v)
+    return tuple(cols)  # type: ignore[return-value]
+
+
+def _split_rx(rs: Sequence[TransferRow]) -> tuple[Sequence[TransferRow], Sequence[TransferRow]]:
+    """A part's group rows and its receive rows, in their order; a slice each when the
+    receive rows are the part's last (as :func:`batch_rows` makes them)."""
+    kinds = [r[0] for r in rs]
+    rxk = [k for k in set(kinds) if k.endswith(RX)]
+    if not rxk:
+        return rs, ()
+    b = min(kinds.index(k) for k in rxk)
+    if sum(kinds.count(k) for k in rxk) == len(rs) - b:  # every row from b on is a receive
+        return rs[:b], rs[b:]
+    return [r for r in rs if not r[0].endswith(RX)], [r for r in rs if r[0].endswith(RX)]
+
+
+def _fill(
+    rs: Sequence[TransferRow],
+    i: int,
+    index: dict[tuple[str, str, str], int],
+    mems: list[tuple[int, ...]],
+    fills: list[tuple[np.ndarray, int, np.ndarray]],
+    members: Mapping[str, list[int]],
+) -> None:
+    """Group rows ``rs`` of step index ``i``: their (group, phase)s' rows in ``index`` (a new
+    one added at its first row with members, from the row or ``members``; rows before it are
+    left out), and their times to write (``fills``; None: not written)."""
+    kinds, gids, phases, ms, ts = zip(*rs, strict=True)
+    keys = list(zip(kinds, gids, phases, strict=True))
+    at = np.fromiter(map(index.get, keys, repeat(-1)), np.int64, len(keys))
+    for r in np.flatnonzero(at < 0).tolist():  # a (group, phase) not met yet, or a repeat
+        key = keys[r]
+        j = index.get(key)
+        if j is None:
+            m = ms[r] or members.get(f"{key[0]}|{key[1]}") or []
+            if not m:
+                continue
+            j = index[key] = len(mems)
+            mems.append(tuple(int(x) for x in m))
+        at[r] = j
+    ns = np.array(ts, np.float64)  # None -> NaN, not written
+    keep = (at >= 0) & ~np.isnan(ns)
+    fills.append((at[keep], i, ns[keep]))
