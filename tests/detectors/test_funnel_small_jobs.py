@@ -83,6 +83,16 @@ def test_a_small_groups_page_names_the_phase_its_rank_was_named_for_most() -> No
     pages = _run([[four(2, "mlp", 0)], [four(2, "mlp", 1)]])
     assert [len(p) for p in pages] == [0, 1] and pages[1][0]["phase"] == "mlp"
 
+    # phases named in the same windows (a slow forward and the late arrival it makes) are
+    # all kept, none picked by its name (a 4-rank torch.profiler trace's page named the
+    # all-reduce): the culprit is the compute phase, as any window's
+    def late(w: int) -> Finding:
+        f = four(2, "comm_all_reduce", w)
+        return Finding(**{**f.__dict__, "evidence": {**f.evidence, "role": "late_arrival"}})
+
+    pages = _run([[four(2, "forward", w), late(w)] for w in range(2)])
+    assert [len(p) for p in pages] == [0, 1] and pages[1][0]["phase"] == "forward"
+
 
 def test_a_straggler_whose_phase_moves_between_windows_persists() -> None:
     # rank 1's bottleneck is mlp, then the forward around it, then mlp: one straggler

@@ -413,10 +413,11 @@ def _phase_id(phase: str | None) -> int:
 
 def _small_recurs(named: Collection[tuple[int, int]], phase: str | None, window: int) -> bool:
     """A small group's rank (``named``: its ``(window, phase id)`` namings) was named in two
-    windows or more within :data:`SMALL_GROUP_WINDOWS`, and ``phase`` is the one it was
-    named for in most of them (the earliest named first on a tie): the page names the
-    phase the rank was slow in, not the one its last window happened to name (a live 4-rank
-    DDP job's slowed rank, named in ``mlp`` and then once in ``optimizer``, paged as
+    windows or more within :data:`SMALL_GROUP_WINDOWS`, and ``phase`` is one it was named
+    for in most of them (the earliest named first on a tie; phases named in the same
+    windows alike, a compute phase and the late arrival it makes): the page names the phase
+    the rank was slow in, not the one its last window happened to name (a live 4-rank DDP
+    job's slowed rank, named in ``mlp`` and then once in ``optimizer``, paged as
     ``optimizer``)."""
     recent = [e for e in named if e[0] > window - SMALL_GROUP_WINDOWS]
     if len({w for w, _ in recent}) < 2:
@@ -426,7 +427,8 @@ def _small_recurs(named: Collection[tuple[int, int]], phase: str | None, window:
     for w, p in sorted(recent):
         first.setdefault(p, w)
         count[p] = count.get(p, 0) + 1
-    return min(count, key=lambda p: (-count[p], first[p])) == _phase_id(phase)
+    rank = {p: (-count[p], first[p]) for p in count}
+    return rank.get(_phase_id(phase)) == min(rank.values())
 
 
 SMALL_GROUP = 4
