@@ -367,9 +367,10 @@ def _recurring(
 def _job_regression_only(c: Culprit) -> bool:
     """The culprit is only L1 step-time regressions no rank, group or host explains (a job
     culprit): like an L3-only culprit, it pages once it lasted ``l3_only_persistence``
-    consecutive windows, and ``job_regression_min_s`` of event time. A healthy CPU DDP job on a host at load 7-9 slowed 2.8-5.3x for
-    8-17 steps while other tenants took the cores (one window each, three runs of 16), and
-    paged "the whole job"; a job-wide regression that lasts still pages."""
+    consecutive windows, and ``job_regression_min_s`` of event time. A healthy CPU DDP job
+    on a host at load 7-9 slowed 2.8-5.3x for 8-17 steps while other tenants took the cores
+    (one window each, three runs of 16), and paged "the whole job"; a job-wide regression
+    that lasts still pages."""
     return bool(c.findings) and all(
         f.level == "L1" and f.kind == "regression" and not f.ranks for f in c.findings
     )
