@@ -72,7 +72,8 @@ def ensure_worker_topics(settings: Settings, ctx: Any) -> dict[str, str]:
     from argus.kafka.admin import ensure_topics
 
     result: dict[str, str] = {}
-    for names, config in worker_topics(ctx):
+    topics = worker_topics(ctx)
+    for names, config in topics:
         result.update(
             ensure_topics(
                 settings,
@@ -82,8 +83,8 @@ def ensure_worker_topics(settings: Settings, ctx: Any) -> dict[str, str]:
                 config=config,
             )
         )
-    rekey, _ = worker_topics(ctx)[0]
-    want = rekey_config(ctx.pcfg)["retention.ms"]
+    rekey, rekey_cfg = topics[0]
+    want = rekey_cfg["retention.ms"]
     old = [n for n in rekey if result.get(n) == "exists"]
     for name, got in retention_mismatches(settings, old, want).items():
         log.warning(
