@@ -56,7 +56,7 @@ def test_every_client_bootstraps_from_all_brokers_and_replicates_3(
     svc = merged["services"]
     assert svc["topics"]["command"] == ["topics", "create", "--replication", "3"]
     clients = [n for n, s in svc.items() if n not in NODES]
-    assert set(clients) >= {"topics", "compressor", "l1", "l2", "l3", "funnel", "stacks"}
+    assert set(clients) >= {"topics", "compressor", "steps", "l3", "funnel", "stacks"}
     for name in clients:
         env = svc[name]["environment"]
         assert env["ARGUS_KAFKA_BOOTSTRAP"] == "kafka:9092,kafka-2:9092,kafka-3:9092", name

@@ -23,13 +23,17 @@ import yaml
 
 import argus
 from argus.kafka.local import KAFKA_VERSION
+from argus.streams.app import ROLES as STREAM_ROLES
 from argus.topics import TOPICS, topic_specs
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "k8s"
 OVERLAYS = ("small", "large")
-ROLES = {"compressor", "l1", "l2", "l3", "funnel", "stacks", "pagerduty"}
-REKEYED = {"l1", "l2", "l3", "funnel"}  # argus/streams/pipeline_config.py internal_partitions
+ROLES = {"compressor", "steps", "l3", "funnel", "stacks", "pagerduty"}
+#: deployment/service -> the worker roles it runs; L1 and L2 share one consumer group, so a step
+#: record is routed and windowed once (docs/deploy.md, sizing)
+WORKER_ARGS = {"steps": ["l1", "l2"]}
+REKEYED = {"steps", "l3", "funnel"}  # argus/streams/pipeline_config.py internal_partitions
 IMAGE = f"argus-trace:{argus.__version__}"
 ROOT_ANNOTATION = "argus-trace.io/runs-as-root"
 WORKLOAD_KINDS = {"Deployment", "Job", "StatefulSet", "DaemonSet"}
@@ -246,8 +250,13 @@ def test_one_deployment_per_worker_role(build: tuple[str, list[dict[str, Any]]])
     for name, d in deps.items():
         c = d["spec"]["template"]["spec"]["containers"]
         assert len(c) == 1
-        assert c[0]["args"] == ["worker", name.removeprefix("argus-")]
+        role = name.removeprefix("argus-")
+        assert c[0]["args"] == ["worker", *WORKER_ARGS.get(role, [role])]
         assert {"configMapRef": {"name": "argus-env"}} in c[0]["envFrom"]
+    run = [
+        r for d in deps.values() for r in d["spec"]["template"]["spec"]["containers"][0]["args"][1:]
+    ]
+    assert sorted(run) == sorted([*STREAM_ROLES, "pagerduty"]), "each role runs in one Deployment"
 
 
 def test_images_follow_the_project_version(build: tuple[str, list[dict[str, Any]]]) -> None:
@@ -444,7 +453,7 @@ def test_builtin_kinds_validate_against_kubernetes_schemas() -> None:
         kv.validate(d, version, strict=True)
         checked += 1
     assert checked >= 30
-    bad = copy.deepcopy(by_kind(docs, "Deployment")["argus-l1"])
+    bad = copy.deepcopy(by_kind(docs, "Deployment")["argus-steps"])
     bad["spec"]["template"]["spec"]["containers"][0]["readOnlyRootFs"] = True  # a typo
     with pytest.raises(kv.ValidationError):
         kv.validate(bad, version, strict=True)
@@ -476,9 +485,11 @@ def test_compose_has_topics_job_and_one_service_per_role(compose: dict[str, Any]
     assert topics["restart"] == "on-failure"
     assert topics["depends_on"]["kafka"]["condition"] == "service_healthy"
     assert set(services) == {"kafka", "topics"} | ROLES
+    run = [r for name in ROLES for r in services[name]["command"][1:]]
+    assert sorted(run) == sorted([*STREAM_ROLES, "pagerduty"]), "each role runs in one service"
     for role in ROLES:
         s = services[role]
-        assert s["command"] == ["worker", role]
+        assert s["command"] == ["worker", *WORKER_ARGS.get(role, [role])]
         assert s["image"] == IMAGE
         assert s["depends_on"]["topics"]["condition"] == "service_completed_successfully"
         assert s["depends_on"]["kafka"]["condition"] == "service_healthy"

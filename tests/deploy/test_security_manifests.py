@@ -254,7 +254,7 @@ def test_secure_compose_clients_use_sasl_ssl_with_file_secrets(secure: dict[str,
     top = secure["secrets"]
     expected = {"topics": "admin", "acls": "admin", "pagerduty": "pagerduty"}
     clients = {n: s for n, s in services.items() if n != "kafka"}
-    assert set(clients) >= {"topics", "acls", "compressor", "l1", "l2", "l3", "funnel", "stacks"}
+    assert set(clients) >= {"topics", "acls", "compressor", "steps", "l3", "funnel", "stacks"}
     for name, s in clients.items():
         env = s["environment"]
         user = expected.get(name, "worker")
