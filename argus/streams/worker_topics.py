@@ -16,6 +16,7 @@ from argus.streams.pipeline_config import PipelineConfig
 
 __all__ = [
     "CHANGELOG_CONFIG",
+    "REKEY_SEGMENT_MS_MAX",
     "ensure_worker_topics",
     "rekey_config",
     "retention_mismatches",
@@ -28,9 +29,22 @@ log = logging.getLogger("argus.streams")
 CHANGELOG_CONFIG: Mapping[str, str] = {"cleanup.policy": "compact"}
 
 
+#: Longest a re-key topic's active segment stays open, ms. Retention deletes whole closed
+#: segments only, and Kafka closes one at 1 GiB or 7 days: a quiet partition would keep a
+#: week of records whatever ``retention.ms`` says.
+REKEY_SEGMENT_MS_MAX = 3_600_000
+
+
 def rekey_config(pcfg: PipelineConfig) -> dict[str, str]:
-    """Topic configs of a re-key topic: deleted after ``internal_retention_s`` (as ms)."""
-    return {"cleanup.policy": "delete", "retention.ms": str(round(pcfg.internal_retention_s * 1e3))}
+    """Topic configs of a re-key topic: deleted after ``internal_retention_s`` (as ms), its
+    segments rolled at least every hour (at most the retention), so that records leave within
+    about the retention plus an hour."""
+    retention_ms = round(pcfg.internal_retention_s * 1e3)
+    return {
+        "cleanup.policy": "delete",
+        "retention.ms": str(retention_ms),
+        "segment.ms": str(min(retention_ms, REKEY_SEGMENT_MS_MAX)),
+    }
 
 
 def worker_topics(ctx: Any) -> list[tuple[list[str], dict[str, str]]]:

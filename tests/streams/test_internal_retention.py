@@ -14,7 +14,12 @@ from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource
 from argus.config import ConfigError, Settings
 from argus.streams.app import ROLES, build_app
 from argus.streams.pipeline_config import PipelineConfig
-from argus.streams.worker_topics import ensure_worker_topics, rekey_config, worker_topics
+from argus.streams.worker_topics import (
+    REKEY_SEGMENT_MS_MAX,
+    ensure_worker_topics,
+    rekey_config,
+    worker_topics,
+)
 from argus.topics import topic_specs
 
 
@@ -34,7 +39,10 @@ def test_rekey_config_and_range() -> None:
     assert rekey_config(PipelineConfig(internal_retention_s=1.5)) == {
         "cleanup.policy": "delete",
         "retention.ms": "1500",
+        "segment.ms": "1500",
     }
+    # a day's retention rolls hourly segments: a quiet partition's records leave within ~25 h
+    assert rekey_config(PipelineConfig())["segment.ms"] == str(REKEY_SEGMENT_MS_MAX)
     with pytest.raises(ConfigError):
         PipelineConfig(internal_retention_s=0)
 
@@ -64,6 +72,7 @@ def test_worker_creates_rekey_topics_with_retention(
     for n in rekey:
         assert got[n]["retention.ms"][0] == str(3 * 3600 * 1000), n
         assert got[n]["cleanup.policy"][0] == "delete", n
+        assert got[n]["segment.ms"][0] == str(3_600_000), n
     dynamic = ConfigSource.DYNAMIC_TOPIC_CONFIG.value
     for n in changelogs:  # compacted state: no retention of ours
         assert got[n]["cleanup.policy"][0] == "compact", n
