@@ -34,6 +34,7 @@ from argus.detectors.findings import Finding
 from argus.detectors.l3 import compare_groups, score_ranks
 from argus.routing import Routing
 from argus.summaries import (
+    BatchError,
     KernelNames,
     Summary,
     default_probs,
@@ -42,8 +43,18 @@ from argus.summaries import (
     mixture_quantile_rows,
     summary_columns,
 )
+from argus.summaries.quantile_wire import decode_log16, median_index
 
-__all__ = ["KernelTable", "RankKernels", "detect_window", "merge_summaries", "table_from_summaries"]
+__all__ = [
+    "KernelTable",
+    "RankKernels",
+    "WireSummary",
+    "detect_window",
+    "merge_summaries",
+    "table_from_summaries",
+    "table_from_wire",
+    "wire_summary",
+]
 
 KernelKey = tuple[str, int]  # (kernel name, stream id)
 
@@ -235,8 +246,54 @@ def _assemble(
     )
 
 
+class WireSummary(NamedTuple):
+    """What L3 reads of one ``kernel_summary`` record: its wire columns as sent, undecoded
+    (:func:`wire_summary`); a block of them becomes one table (:func:`table_from_wire`)."""
+
+    rank: int
+    coords: Mapping[str, Any]
+    streams: Sequence[Mapping[str, Any]]
+    names: Sequence[Mapping[str, Any]]
+    levels: tuple[float, ...]
+    gk: bytes
+    gs: bytes
+    gc: bytes
+    cc: bytes
+    q: bytes
+    off: bytes
+    record: Mapping[str, Any]
+
+
+def wire_summary(rec: Mapping[str, Any]) -> WireSummary:
+    """The :class:`WireSummary` of a ``kernel_summary`` record (no copy, no decoding).
+
+    Raises
+    ------
+    argus.summaries.BatchError
+        ``bad-summary``: a column missing.
+    """
+    try:
+        return WireSummary(
+            int(rec["rank"]),
+            rec.get("coords") or {},
+            rec.get("streams") or (),
+            rec.get("kernel_names") or (),
+            tuple(rec["quantile_levels"]),
+            rec["group_kernel"],
+            rec["group_stream"],
+            rec["group_clusters"],
+            rec["cluster_count"],
+            rec["cluster_quantiles_ns"],
+            rec.get("cluster_log_offsets") or b"",
+            rec,
+        )
+    except KeyError as exc:
+        raise BatchError("bad-summary", f"kernel_summary lacks field {exc}") from None
+
+
 def table_from_summaries(records: Sequence[Mapping[str, Any]], names: KernelNames) -> KernelTable:
-    """A KernelTable from decoded ``kernel_summary`` records (several windows per rank merge).
+    """A KernelTable from decoded ``kernel_summary`` records (several windows per rank merge):
+    :func:`table_from_wire` of their :func:`wire_summary`.
 
     Parameters
     ----------
@@ -248,25 +305,110 @@ def table_from_summaries(records: Sequence[Mapping[str, Any]], names: KernelName
     ------
     argus.summaries.BatchError
         A record whose columns disagree.
-
-    Notes
-    -----
-    Columnar: per record a few numpy calls, no Python loop over its (kernel, stream) groups.
     """
-    rank_ids = sorted({int(r["rank"]) for r in records})
+    return table_from_wire([wire_summary(r) for r in records], names)
+
+
+def table_from_wire(items: Sequence[WireSummary], names: KernelNames) -> KernelTable:
+    """A KernelTable from the wire columns of a block of summaries, in one pass.
+
+    The columns of all the records are joined and decoded at once (one ``frombuffer`` per
+    column, one log16 decode, one key numbering); per record only its field lengths are
+    read and checked. Records whose quantile levels or encodings differ are merged on the
+    union of their levels (:func:`_union_log_q`), one record at a time.
+
+    Raises
+    ------
+    argus.summaries.BatchError
+        A record whose columns disagree (the message of :func:`summary_columns` for it).
+    """
+    rank_ids = sorted({w.rank for w in items})
     ri = {r: i for i, r in enumerate(rank_ids)}
     coords: list[Mapping[str, Any]] = [{} for _ in rank_ids]
     kinds: list[dict[int, str]] = [{} for _ in rank_ids]
-    cols = []
-    for rec in records:
-        i = ri[int(rec["rank"])]
-        coords[i] = rec.get("coords") or coords[i]
-        for st in rec.get("streams") or []:
+    for w in items:
+        i = ri[w.rank]
+        coords[i] = w.coords or coords[i]
+        for st in w.streams:
             kinds[i][int(st["id"])] = str(st["kind"])
-        gk, gs, gc, cc, q, levels = summary_columns(rec)
+    if not items:
+        return _assemble(rank_ids, coords, kinds, [], [])
+    lv0 = items[0].levels
+    log16 = bool(items[0].off)
+    if any(w.levels != lv0 or bool(w.off) != log16 for w in items):
+        return _table_by_record(items, names, rank_ids, coords, kinds)
+    levels = np.asarray(lv0, dtype=np.float64)
+    n_l = levels.size
+    lens = np.array(
+        [(len(w.gk), len(w.gs), len(w.gc), len(w.cc), len(w.q), len(w.off)) for w in items],
+        dtype=np.int64,
+    ).reshape(len(items), 6)
+    gc = np.frombuffer(b"".join(w.gc for w in items), np.uint8)
+    cum = np.r_[0, np.cumsum(gc, dtype=np.int64)]
+    g_end = np.cumsum(lens[:, 2])
+    n_c = cum[g_end] - cum[g_end - lens[:, 2]]  # clusters of each record
+    ok = (lens[:, :5] % [4, 4, 1, 4, 4] == 0).all(axis=1) & (lens[:, 5] % 2 == 0)
+    ok &= (lens[:, 0] == lens[:, 1]) & (lens[:, 0] == 4 * lens[:, 2]) & (lens[:, 3] == 4 * n_c)
+    if log16:
+        ok &= (lens[:, 4] == 4 * n_c) & (lens[:, 5] == 2 * n_c * (n_l - 1))
+    else:
+        ok &= lens[:, 4] == 4 * n_c * n_l
+    if not ok.all() or (log16 and not _has_median(levels)):
+        bad = items[int(np.argmin(ok)) if not ok.all() else 0]
+        summary_columns(bad.record)  # raises its exact error
+        raise BatchError("bad-summary", "kernel_summary columns disagree")
+    gk = np.frombuffer(b"".join(w.gk for w in items), "<u4")
+    gs = np.frombuffer(b"".join(w.gs for w in items), "<u4")
+    cc = np.frombuffer(b"".join(w.cc for w in items), "<u4")
+    qb = np.frombuffer(b"".join(w.q for w in items), "<f4")
+    if log16:
+        off = np.frombuffer(b"".join(w.off for w in items), "<i2")
+        q = decode_log16(qb, off, levels)
+    else:
+        q = qb.astype(np.float64).reshape(-1, n_l)
+    code = (gk.astype(np.uint64) << np.uint64(32)) | gs.astype(np.uint64)
+    uniq, inverse = np.unique(code, return_inverse=True)
+    keys = [(names.name(int(c >> np.uint64(32))), int(c & np.uint64(0xFFFFFFFF))) for c in uniq]
+    order = sorted(range(len(keys)), key=lambda i: keys[i])
+    remap = np.empty(len(keys), dtype=np.int64)
+    remap[order] = np.arange(len(keys))
+    rec_rank = np.array([ri[w.rank] for w in items], dtype=np.int64)
+    return KernelTable(
+        ranks=np.asarray(rank_ids, dtype=np.int64),
+        coords=coords,
+        stream_kinds=list(kinds),
+        keys=[keys[i] for i in order],
+        c_rank=np.repeat(rec_rank, n_c),
+        c_key=remap[np.repeat(inverse.reshape(-1), gc)],
+        counts=cc.astype(np.float64),
+        log_q=log_quantiles(q),
+        levels=levels,
+    )
+
+
+def _has_median(levels: np.ndarray) -> bool:
+    try:
+        median_index(levels)
+    except ValueError:
+        return False
+    return True
+
+
+def _table_by_record(
+    items: Sequence[WireSummary],
+    names: KernelNames,
+    rank_ids: Sequence[int],
+    coords: Sequence[Mapping[str, Any]],
+    kinds: Sequence[Mapping[int, str]],
+) -> KernelTable:
+    """:func:`table_from_wire` for records of several level sets or encodings."""
+    ri = {r: i for i, r in enumerate(rank_ids)}
+    cols = []
+    for w in items:
+        gk, gs, gc, cc, q, levels = summary_columns(w.record)
         code = (gk.astype(np.uint64) << np.uint64(32)) | gs.astype(np.uint64)
-        cols.append((i, code, gc, cc, q, levels))
-    codes = np.concatenate([c[1] for c in cols]) if cols else np.zeros(0, np.uint64)
+        cols.append((ri[w.rank], code, gc, cc, q, levels))
+    codes = np.concatenate([c[1] for c in cols])
     uniq, inverse = np.unique(codes, return_inverse=True)
     keys = [(names.name(int(c >> np.uint64(32))), int(c & np.uint64(0xFFFFFFFF))) for c in uniq]
     blocks, at = [], 0

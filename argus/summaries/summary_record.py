@@ -282,7 +282,13 @@ class SummarizedBatches:
         uk, k_of_name = np.unique(kids, return_inverse=True)
         k_of_name = k_of_name.reshape(-1)
         stream = np.concatenate([c[2] for c in cols])
-        if int(stream.max()) < 65536:
+        s_max = int(stream.max())
+        if kids.size * (s_max + 1) <= 4 * stream.size + 4096:
+            # small stream ids (CUDA's): slots use them as they are, the numbering below
+            # drops the unused ones (no densifying pass over the events)
+            us = np.arange(s_max + 1, dtype=np.uint32)
+            s_dense = stream
+        elif s_max < 65536:
             present = np.bincount(stream, minlength=1) > 0
             us = np.flatnonzero(present).astype(np.uint32)
             s_dense = (np.cumsum(present) - 1)[stream]
@@ -525,8 +531,10 @@ class KernelNames:
         self._names.update({int(k): str(v) for k, v in names.items()})
 
     def update_many(self, records: Iterable[Mapping[str, Any]]) -> None:
+        book = self._names
         for r in records:
-            self.update(r)
+            for n in r.get("kernel_names") or ():
+                book[int(n["id"])] = str(n["name"])
 
     def name(self, kid: int) -> str:
         """The name of kernel id ``kid``, or ``kernel#<hex id>`` when not announced yet."""

@@ -138,3 +138,69 @@ def test_table_merges_clusters_with_different_quantile_levels_exactly() -> None:
     p = default_probs(64)
     got = mixture_quantile_rows(t.c_rank, t.counts, t.log_q, t.levels, p, 2)
     np.testing.assert_allclose(got, quantile_matrix([a, b], p), rtol=1e-9)
+
+
+def _tables_equal(a, b) -> None:  # type: ignore[no-untyped-def]
+    assert a.keys == b.keys and a.stream_kinds == b.stream_kinds and a.coords == b.coords
+    for f in ("ranks", "c_rank", "c_key", "counts", "log_q", "levels"):
+        np.testing.assert_array_equal(getattr(a, f), getattr(b, f))
+
+
+def test_block_table_from_wire_columns_equals_the_record_by_record_table() -> None:
+    """One pass over a block's joined columns gives the table bit for bit, for log16 and
+    float32 records, records without groups, and a block mixing the two encodings."""
+    from argus.detectors.l3_window import _table_by_record, table_from_wire, wire_summary
+    from argus.summaries.kde import PAPER
+    from argus.summaries.summary_record import KernelNames, summarize_batch
+
+    log16 = _records(slow_rank=5, windows=2)
+    rng = np.random.default_rng(3)
+    f32 = [summarize_batch(dict(r, **_batch_cols(r, rng)), config=PAPER) for r in log16[:20]]
+    empty = dict(log16[0], group_kernel=b"", group_stream=b"", group_clusters=b"")
+    empty.update(cluster_count=b"", cluster_quantiles_ns=b"", cluster_log_offsets=b"", rank=99)
+    assert f32[0]["cluster_log_offsets"] == b"" and log16[0]["cluster_log_offsets"]
+    for recs in (log16, f32, [*log16[:7], empty, *log16[7:]], [*f32, *log16]):
+        book = KernelNames()
+        book.update_many(recs)
+        items = [wire_summary(r) for r in recs]
+        ranks = sorted({w.rank for w in items})
+        coords = [next(r["coords"] for r in recs if r["rank"] == k) for k in ranks]
+        kinds = [
+            {int(s["id"]): s["kind"] for r in recs if r["rank"] == k for s in r["streams"]}
+            for k in ranks
+        ]
+        want = _table_by_record(items, book, ranks, coords, kinds)
+        _tables_equal(table_from_wire(items, book), want)
+
+
+def _batch_cols(rec: dict, rng: np.random.Generator) -> dict:
+    """A kernel_batch of ``rec``'s rank and window: 3 kernels x 40 events on stream 7."""
+    n = 120
+    return {
+        "host": "h",
+        "source": "simulator",
+        "names": ["gemm", "attn", "norm"],
+        "name_idx": (np.arange(n) % 3).astype("<u4").tobytes(),
+        "stream": np.full(n, 7, "<u4").tobytes(),
+        "start_ns": np.arange(n, dtype="<i8").tobytes(),
+        "duration_ns": rng.lognormal(13.0, 0.1, n).astype("<i8").tobytes(),
+        "streams": [{"id": 7, "kind": "compute", "label": ""}],
+        "dropped": 0,
+        "part": 0,
+        "parts": 1,
+    }
+
+
+def test_block_table_names_the_bad_record_as_the_record_by_record_check() -> None:
+    import pytest
+
+    from argus.detectors.l3_window import table_from_summaries
+    from argus.summaries.summary_record import BatchError, KernelNames, summary_columns
+
+    recs = _records(slow_rank=5, windows=1)
+    bad = dict(recs[3], cluster_count=recs[3]["cluster_count"][:-4])
+    with pytest.raises(BatchError) as want:
+        summary_columns(bad)
+    with pytest.raises(BatchError) as got:
+        table_from_summaries([*recs[:3], bad, *recs[4:]], KernelNames())
+    assert str(got.value) == str(want.value) and "cluster_count" in str(got.value)

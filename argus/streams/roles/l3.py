@@ -13,12 +13,12 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from argus.detectors.l3_window import detect_window, table_from_summaries
+from argus.detectors.l3_window import WireSummary, detect_window, table_from_wire, wire_summary
 from argus.routing import Routing
 from argus.streams import metrics, windows
 from argus.streams.roles.context import RoleContext, emit_findings
 from argus.streams.roles.state import KernelItem, L3Progress, L3State
-from argus.summaries.summary_record import KernelNames, names_from_summary
+from argus.summaries.summary_record import BatchError, KernelNames, names_from_summary
 
 __all__ = ["L3Windows", "route_summary"]
 
@@ -68,11 +68,23 @@ class L3Windows:
         self.lateness = ctx.pcfg.l3_lateness_windows
         self.idle = ctx.pcfg.idle_close_s
         self.seen: dict[str, float] = {}  # key -> last input in this process (idle bound only)
+        # cell key -> the columns of its summary, when the driver handed the decoded record
+        # (process memory: lost on a restart, when the cells are decoded instead)
+        self.wire: dict[str, WireSummary] = {}
 
     def new(self, key: str) -> L3State:
         return L3State(win=windows.new_state(), block=[], emitted=[])
 
-    async def add(self, gk: str, st: L3State, m: KernelItem, now: float) -> None:
+    async def add(
+        self,
+        gk: str,
+        st: L3State,
+        m: KernelItem,
+        now: float,
+        decoded: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Take one routed summary; ``decoded``: the record ``m`` encodes, when the driver
+        has it (the block then reads its columns without decoding the cell)."""
         self.seen[gk] = now
         status, closed = windows.add(
             st["win"],
@@ -85,7 +97,13 @@ class L3Windows:
         if m["names"]:
             self._keep_names(gk, m["names"])
         if status == "new":
-            self.cells[f"{gk}|{m['window']}|{m['rank']}"] = m["summary"]
+            cell = f"{gk}|{m['window']}|{m['rank']}"
+            self.cells[cell] = m["summary"]
+            if decoded is not None:
+                try:
+                    self.wire[cell] = wire_summary(decoded)
+                except BatchError:  # the block decodes the cell and says what is wrong
+                    self.wire.pop(cell, None)
         elif status == "dup":
             metrics.DUPLICATES.labels("l3").inc()
         else:
@@ -149,13 +167,17 @@ class L3Windows:
         job = gk.split("/", 1)[0]
         todo, st["block"] = st["block"], []
         incomplete = st.pop("block_inc", None)  # a window of it closed incomplete
-        records = []
+        records: list[WireSummary] = []
         for w, ranks in todo:
             for r in ranks:
                 key = f"{gk}|{w}|{r}"
                 v = self.cells.get(key)
+                ws = self.wire.pop(key, None)
                 if v is not None:
-                    records.append(self.ctx.codec.decode_as("kernel_summary", base64.b64decode(v)))
+                    if ws is None:
+                        rec = self.ctx.codec.decode_as("kernel_summary", base64.b64decode(v))
+                        ws = wire_summary(rec)
+                    records.append(ws)
                     del self.cells[key]
         if records:
             self.names.merge(self.name_table.get(gk) or {})  # after a restart too
@@ -171,10 +193,11 @@ class L3Windows:
     async def _judge(
         self,
         job: str,
-        records: list[dict[str, Any]],
+        items: list[WireSummary],
         incomplete: int | None,
         emitted: list[str],
     ) -> list[dict[str, Any]]:
+        records = [w.record for w in items]
         window = (
             min(int(r["window_id"]) for r in records),
             max(int(r["window_id"]) for r in records),
@@ -185,7 +208,7 @@ class L3Windows:
         self.names.update_many(records)
         found = detect_window(
             job,
-            table_from_summaries(records, self.names),
+            table_from_wire(items, self.names),
             window=window,
             cfg=self.cfg,
             routing=self.routing,
