@@ -153,7 +153,7 @@ class _Engine:
     async def summary(self, rec: Mapping[str, Any]) -> None:
         value = self.ctx.codec.encode("kernel_summary", dict(rec))
         for key, item in route_summary(rec, value, self.routing):
-            await self.l3.add(key, self._st(self.l3, "l3", key), item, self.now)
+            await self.l3.add(key, self._st(self.l3, "l3", key), item, self.now, rec)
         await self.pump()
 
     async def pump(self) -> None:
