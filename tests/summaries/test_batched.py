@@ -138,3 +138,19 @@ def test_batches_bad_record_raises() -> None:
     recs[1] = {**recs[1], "names": []}
     with pytest.raises(sr.BatchError, match="bad-name-index"):
         sr.summarize_batches(recs)
+
+
+@pytest.mark.parametrize("scale", [1, 3, 1000, 50_000])
+def test_batches_any_stream_numbering(scale: int) -> None:
+    """Stream ids used as they are (small ones), densified (sparse ones) or through
+    ``np.unique`` (past 65,535): the same summaries, streams renamed by the same increasing
+    map (``s -> scale * s + 1``), so groups keep their order."""
+    recs = _records(7)[:12]
+    moved = []
+    for r in recs:
+        s = np.frombuffer(r["stream"], "<u4").astype(np.int64)
+        moved.append({**r, "stream": (scale * s + 1).astype("<u4").tobytes()})
+    for a, b in zip(sr.summarize_batches(recs), sr.summarize_batches(moved), strict=True):
+        gs = np.frombuffer(a.pop("group_stream"), "<u4").astype(np.int64)
+        assert np.frombuffer(b.pop("group_stream"), "<u4").tolist() == (scale * gs + 1).tolist()
+        assert a == b
