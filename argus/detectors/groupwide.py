@@ -61,6 +61,7 @@ import json
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from itertools import chain, repeat
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -76,6 +77,7 @@ __all__ = [
     "GroupStat",
     "GroupwideConfig",
     "ReceiveColumns",
+    "ReceivePart",
     "ReceiveRow",
     "cell_receive_rows",
     "detect",
@@ -83,6 +85,7 @@ __all__ = [
     "group_stats",
     "hosts_of",
     "receive_column_stats",
+    "receive_part_stats",
     "receive_rows",
     "receive_stats",
     "stage_of",
@@ -338,14 +341,51 @@ def receive_column_stats(cols: ReceiveColumns, n: int) -> list[GroupStat]:
     is found from the columns whole (dicts and sets of them, a rank's first stage per
     phase); the rows are walked one by one only when a phase has one.
     """
-    _idx, kinds, gids, phases, ranks, stages, _entries, _ns = cols
+    keys = cols[1:6]
+    return _receive_stats([keys], [keys], zip(*cols, strict=True), n)
+
+
+ReceivePart = Sequence[Sequence[Any]]
+"""One part's receive rows of one step as columns: (group kind, group id, phase, rank, stage,
+entries, shortest entry ns) (:data:`ReceiveRow`'s fields)."""
+
+
+def receive_part_stats(parts: Sequence[tuple[int, ReceivePart]], n: int) -> list[GroupStat]:
+    """:func:`receive_column_stats` of parts' receive columns (``(step index, columns)``, in
+    row order): a part whose key columns (kind to stage) are the very lists of an earlier
+    part's (a block's receive rows step after step) adds nothing to the directions and the
+    neighbours, so those are found from each distinct set of key columns once."""
+    firsts: dict[tuple[int, ...], ReceivePart] = {}  # key columns' ids -> first part
+    lasts: dict[tuple[int, ...], ReceivePart] = {}  # in the order of their last parts
+    for _i, c in parts:
+        key = tuple(map(id, c[:5]))
+        firsts.setdefault(key, c)
+        lasts.pop(key, None)
+        lasts[key] = c
+    rows = chain.from_iterable(zip(repeat(i, len(c[0])), *c, strict=True) for i, c in parts)
+    return _receive_stats(list(firsts.values()), list(lasts.values()), rows, n)
+
+
+def _receive_stats(
+    firsts: Sequence[Sequence[Sequence[Any]]],
+    lasts: Sequence[Sequence[Sequence[Any]]],
+    rows: Iterable[tuple[Any, ...]],
+    n: int,
+) -> list[GroupStat]:
+    """The receive stats of ``rows`` (``(step index, kind, group id, phase, rank, stage,
+    entries, ns)``), whose key columns (kind, group id, phase, rank, stage), concatenated, are
+    ``firsts`` with each row's first occurrence kept and ``lasts`` with each row's last."""
     # (kind, gid, stage) -> its last rank; (kind, gid, phase, rank) -> its first stage
-    at = dict(zip(zip(kinds, gids, stages, strict=True), ranks, strict=True))
+    at: dict[tuple[str, str, int], int] = {}
+    for c in lasts:
+        at.update(zip(zip(c[0], c[1], c[4], strict=True), c[3], strict=True))
     known: dict[str, set[int]] = {}
-    for kind, stage in set(zip(kinds, stages, strict=True)):
-        known.setdefault(kind, set()).add(stage)
-    keys = list(zip(kinds, gids, phases, ranks, strict=True))
-    first = dict(zip(reversed(keys), reversed(stages), strict=True))
+    first: dict[tuple[str, str, str, int], int] = {}
+    for c in reversed(firsts):
+        for kind, stage in set(zip(c[0], c[4], strict=True)):
+            known.setdefault(kind, set()).add(stage)
+        keys = list(zip(c[0], c[1], c[2], c[3], strict=True))
+        first.update(zip(reversed(keys), reversed(c[4]), strict=True))
     has: dict[tuple[str, str], set[int]] = {}
     for (kind, _gid, phase, _rank), stage in first.items():
         has.setdefault((kind, phase), set()).add(stage)
@@ -361,7 +401,7 @@ def receive_column_stats(cols: ReceiveColumns, n: int) -> list[GroupStat]:
     if not sides:  # no phase tells a direction (one every stage has): nothing to compare
         return []
     by: dict[tuple[str, str, str, int], tuple[int, list[int], np.ndarray]] = {}
-    for i, kind, gid, phase, rank, stage, entries, ns in zip(*cols, strict=True):
+    for i, kind, gid, phase, rank, stage, entries, ns in rows:
         if (kind, phase) not in sides:
             continue
         key = (kind, gid, phase, rank)

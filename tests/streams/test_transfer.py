@@ -253,3 +253,82 @@ def test_window_stats_read_as_columns_are_the_rows_one_by_one(seed: int) -> None
     assert all(
         np.array_equal(a.t_ns, b.t_ns, equal_nan=True) for a, b in zip(got, want, strict=True)
     )
+
+
+@pytest.mark.parametrize("seed", range(80))
+def test_kept_columns_sharing_their_keys_give_the_rows_stats(seed: int) -> None:
+    """Parts sent as columns or as rows (a block from before columns) and kept by the job
+    tier (:meth:`TransferWindows.keep`: a part's key columns equal to its previous step's are
+    kept as those very lists, and :func:`transfer._stats` finds their places once): the same
+    stats, float for float, as the rows read one by one (``3c2f990``'s code), whether a
+    part's keys repeat, change, or come as rows."""
+    import random
+
+    import numpy as np
+
+    from argus.detectors.config import DetectorsConfig
+    from argus.streams.memory import _MemoryCtx
+    from argus.streams.roles.transfer import TransferWindows, _stats, columns
+
+    rnd = random.Random(seed)
+    n = rnd.randint(2, 6)
+    tw = TransferWindows(_MemoryCtx(DetectorsConfig(), PipelineConfig()))  # type: ignore[arg-type]
+    keys: dict[str, tuple[list[Any], list[Any]]] = {}
+    sent: list[tuple[int, str, list[Any]]] = []
+    for i in range(n):
+        for part in ("b0", "b1", "job"):
+            if rnd.random() < 0.15:
+                continue
+            if part not in keys or rnd.random() < 0.2:  # new keys: a changed group or rank
+                grp = [
+                    (rnd.choice(["dp", "tp"]), f"x{g}", ph, rnd.choice([[], [g, 9]]))
+                    for g in rnd.sample(range(5), rnd.randint(0, 4))
+                    for ph in ("ar", "ag")[: rnd.randint(1, 2)]
+                ]
+                rx = [
+                    (rnd.choice(["pp>rx", "pp2>rx"]), f"g{r % 2}", ph, r, rnd.randrange(3))
+                    for r in rnd.sample(range(8), rnd.randint(0, 6))
+                    for ph in rnd.sample(["a", "b", "c"], rnd.randint(1, 2))
+                ]
+                keys[part] = (grp, rx)
+            grp, rx = keys[part]
+            rows = [
+                (k, g, p, m if rnd.random() < 0.3 else [], rnd.choice([None, 1.0, 3.5]))
+                for k, g, p, m in grp
+            ] + [
+                (k, g, p, [r, s, rnd.randint(1, 3)], rnd.choice([None, 2.0, float(r + 1)]))
+                for k, g, p, r, s in rx
+            ]
+            tw.keep("j", i, part, columns(rows) if rnd.random() < 0.8 else rows)
+            if rows:
+                sent.append((i, part, rows))
+    kept = [(i, tw.table[f"j|{i}|{part}"]) for i, part, _ in sent]
+    members = {"dp|x0": [5, 6]} if rnd.random() < 0.5 else {}
+    got = _stats(kept, n, members)
+    want = _reference_stats([(i, rows) for i, _, rows in sent], n, members)
+    assert [
+        (g.group_kind, g.group_id, g.phase, g.members, g.stage, g.rank, g.weight) for g in got
+    ] == [(g.group_kind, g.group_id, g.phase, g.members, g.stage, g.rank, g.weight) for g in want]
+    assert all(
+        np.array_equal(a.t_ns, b.t_ns, equal_nan=True) for a, b in zip(got, want, strict=True)
+    )
+
+
+def test_a_part_s_keys_are_kept_once_across_steps() -> None:
+    """A part's key columns equal to its previous step's are kept as those lists (the window
+    holds them once); a changed column is kept as it came."""
+    from argus.detectors.config import DetectorsConfig
+    from argus.streams.memory import _MemoryCtx
+    from argus.streams.roles.transfer import TransferWindows, columns
+
+    tw = TransferWindows(_MemoryCtx(DetectorsConfig(), PipelineConfig()))  # type: ignore[arg-type]
+    rows = [("dp", "x0", "ar", [1, 2], 1.0), ("pp>rx", "g0", "a", [1, 0, 2], 3.0)]
+    tw.keep("j", 0, "b0", columns(rows))
+    tw.keep("j", 1, "b0", [("dp", "x0", "ar", [], 2.0), ("pp>rx", "g0", "a", [1, 0, 3], 4.0)])
+    a, b = tw.table["j|0|b0"], tw.table["j|1|b0"]
+    assert a["k"] is b["k"] and a["g"] is b["g"] and a["p"] is b["p"]
+    assert all(x is y for x, y in zip(a["rx"][:5], b["rx"][:5], strict=True))
+    assert b["t"] == [2.0] and "m" not in b and tw.members["j"] == {"dp|x0": [1, 2]}
+    tw.keep("j", 2, "b0", columns([("dp", "x1", "ar", [], 4.0)]))
+    c = tw.table["j|2|b0"]
+    assert c["k"] is b["k"] and c["g"] == ["x1"] and c["g"] is not b["g"]

@@ -31,13 +31,30 @@ __all__ = [
     "StepCell",
     "StepItem",
     "StepProgress",
+    "TransferPart",
     "TransferRow",
 ]
 
 
 TransferRow = tuple[str, str, str, list[int], float | None]
 """One group's transfer time at one step: (kind, group id, phase, members, ns or None)
-(:mod:`argus.streams.roles.transfer`)."""
+(:mod:`argus.streams.roles.transfer`); a digest or state from before :class:`TransferPart`
+holds a list of them."""
+
+
+class TransferPart(TypedDict):
+    """One part's transfer rows of one step as columns (``steps-transfer``, a digest's
+    ``transfer``; :func:`argus.streams.roles.transfer.columns`): the group rows' kind, group
+    id, phase and ns (None: no data) one list each, ``m`` their members when the part sends
+    them (``[]`` for a row without); ``rx`` the receive rows' (kind without ``>rx``, group
+    id, phase, rank, stage, entries, shortest ns) one list each."""
+
+    k: list[str]
+    g: list[str]
+    p: list[str]
+    t: list[float | None]
+    m: NotRequired[list[list[int]]]
+    rx: NotRequired[list[list[Any]]]
 
 
 class StepItem(TypedDict):
@@ -95,7 +112,8 @@ class Digest(TypedDict):
     l3_scopes: NotRequired[int]
     group_windows: NotRequired[list[dict[str, Any]]]  # spanning groups (window_to_json)
     ids: NotRequired[dict[str, int]]  # findings made by the block -> window end step
-    transfer: NotRequired[list[TransferRow]]  # the block's own groups' transfer times
+    # the block's own groups' transfer times (a list of rows: a block from before columns)
+    transfer: NotRequired[TransferPart | list[TransferRow]]
     hosts: NotRequired[dict[str, str]]  # rank -> host (the block's first step, then every 64)
 
 

@@ -73,7 +73,7 @@ from argus.streams.roles.state import (
     StepItem,
     StepProgress,
 )
-from argus.streams.roles.transfer import TransferWindows, batch_rows
+from argus.streams.roles.transfer import TransferWindows, batch_columns
 from argus.streams.step_digest import (
     block_key,
     block_of,
@@ -493,7 +493,7 @@ class StepBlocks(_Tier):
                 self.l2.store(
                     job, c.step, blk, [batch_to_json(b) for b in own_b], whole=(key, own_b)
                 )
-                digest["transfer"] = batch_rows(  # the job tier compares all groups
+                digest["transfer"] = batch_columns(  # the job tier compares all groups
                     own_b,
                     members=not st.get("hosts_sent") or c.step % _HOSTS_EVERY == 0,
                     receives=cell_receive_rows(cells, self.topo.kind_of, self._gid),
@@ -642,7 +642,7 @@ class JobSteps(_Tier):
             if "l2" in self.levels:
                 found += self.l2.run(job, job, h)
                 joined = self.l2.joined(job, job, c.step, list(c.ranks))
-                self.transfer.keep(job, c.step, "job", batch_rows(joined))
+                self.transfer.keep(job, c.step, "job", batch_columns(joined))
                 found += self.transfer.closed(
                     job, c.step, agg["iter_ns"], (a, b), blocks_in(world, self.block_ranks)
                 )

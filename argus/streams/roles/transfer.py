@@ -20,9 +20,15 @@ A group row's members travel with the block's hosts (its first digest, then ever
 other rows leave them empty (``[]``) and the job tier keeps them in ``steps-members``
 (``job`` -> ``{"<kind>|<group id>": members}``).
 
-Rows wait in the table ``steps-transfer`` under ``job|<step>|<part>`` (``b<block>``, ``job`` for
-the spanning groups, ``m`` for the step's iteration time and span) until their window is judged;
-the ranks' hosts under ``job`` in ``steps-hosts``.
+A part's rows of a step travel and wait as columns (:func:`columns`,
+:class:`~argus.streams.roles.state.TransferPart`: one list per field, not one tuple per row),
+in the table ``steps-transfer`` under ``job|<step>|<part>`` (``b<block>``, ``job`` for the
+spanning groups, ``m`` for the step's iteration time and span) until their window is judged;
+the ranks' hosts under ``job`` in ``steps-hosts``. A part's key columns (kinds, group ids,
+phases; the receive rows' up to the stage) are those of its previous step nearly always: the
+job tier then keeps the previous step's lists (:meth:`TransferWindows.keep`), so a window
+holds them once and :func:`_stats` finds a part's rows' places once. A digest or a state
+from before columns (a list of rows) is read as its columns: nothing to drain or convert.
 """
 
 from __future__ import annotations
@@ -41,9 +47,9 @@ from argus.detectors.findings import Finding
 from argus.detectors.l2 import GroupWindow
 from argus.streams import metrics
 from argus.streams.roles.context import RoleContext
-from argus.streams.roles.state import TransferRow
+from argus.streams.roles.state import TransferPart, TransferRow
 
-__all__ = ["TransferWindows", "batch_rows", "transfer_rows"]
+__all__ = ["TransferWindows", "batch_columns", "batch_rows", "columns", "transfer_rows"]
 
 
 RX = ">rx"  # kind suffix of a receive row
@@ -121,12 +127,61 @@ def _rx_rows(
     ]
 
 
+def columns(rows: Sequence[TransferRow]) -> TransferPart:
+    """A part's rows of one step (:func:`batch_rows`) as columns
+    (:class:`~argus.streams.roles.state.TransferPart`): its group rows and its receive rows
+    each in their order; ``m`` only when a group row carries members."""
+    grp, rxs = _split_rx(rows)
+    if grp:
+        kinds, gids, phases, ms, ts = zip(*grp, strict=True)
+        out = TransferPart(k=list(kinds), g=list(gids), p=list(phases), t=list(ts))
+        if any(ms):
+            out["m"] = list(ms)
+    else:
+        out = TransferPart(k=[], g=[], p=[], t=[])
+    if rxs:
+        kinds, gids, phases, ms, ts = zip(*rxs, strict=True)
+        strip = {k: k[: -len(RX)] for k in set(kinds)}
+        ranks, stages, entries = zip(*ms, strict=True)
+        out["rx"] = [
+            list(map(strip.__getitem__, kinds)),
+            list(gids),
+            list(phases),
+            list(ranks),
+            list(stages),
+            list(entries),
+            list(ts),
+        ]
+    return out
+
+
+def batch_columns(
+    batches: Sequence[GroupBatch],
+    records: Iterable[Mapping[str, Any]] = (),
+    *,
+    members: bool = True,
+    receives: Sequence[groupwide.ReceiveRow] | None = None,
+) -> TransferPart:
+    """:func:`columns` of :func:`batch_rows`: what a digest carries."""
+    return columns(batch_rows(batches, records, members=members, receives=receives))
+
+
+def _part(v: TransferPart | Sequence[TransferRow]) -> TransferPart:
+    """A stored or sent part as columns (a list of rows: from before columns)."""
+    return v if isinstance(v, dict) else columns(v)
+
+
 def _group_key(w: GroupWindow) -> tuple[str, str]:
     return (w.group_kind, w.group_id)
 
 
 def _first(x: tuple[tuple[str, str], TransferRow]) -> tuple[str, str]:
     return x[0]
+
+
+_KEY_COLS = ("k", "g", "p")  # a part's group rows' key columns
+_RX_KEYS = 5  # a part's receive columns up to the stage are its keys
+_SHARED_PARTS = 1 << 16  # (job, part)s whose last key columns the job tier keeps
 
 
 class TransferWindows:
@@ -139,18 +194,28 @@ class TransferWindows:
         self.table = ctx.table("steps-transfer")
         self.hosts = ctx.table("steps-hosts")
         self.members = ctx.table("steps-members")
+        # (job, part) -> the part's last kept columns, in this process only
+        self.last: dict[tuple[str, str], TransferPart] = {}
 
-    def keep(self, job: str, step: int, part: str, rows: Sequence[TransferRow]) -> None:
-        """Rows of ``step`` from ``part`` (a block, or ``job`` for the spanning groups); the
-        groups' members the rows carry are kept for the rows that do not."""
-        if not rows:
+    def keep(
+        self, job: str, step: int, part: str, rows: TransferPart | Sequence[TransferRow]
+    ) -> None:
+        """Rows of ``step`` from ``part`` (a block, or ``job`` for the spanning groups), as
+        columns or a list of rows; the groups' members the rows carry are kept for the rows
+        that do not. Key columns equal to the part's previous ones are kept as those lists."""
+        cols = _part(rows)
+        if not cols["k"] and not cols.get("rx"):
             return
-        self.table[f"{job}|{step}|{part}"] = list(rows)
+        cols = self._share(job, part, cols)
+        self.table[f"{job}|{step}|{part}"] = cols
+        ms = cols.get("m")
+        if not ms:
+            return
         known = self.members.get(job) or {}
         new: dict[str, list[int]] = {}
         last = None  # a group's rows (one per phase) are adjacent and carry the same members
-        for k, g, _p, m, _t in rows:
-            if not m or (k, g) == last or k.endswith(RX):
+        for k, g, m in zip(cols["k"], cols["g"], ms, strict=True):
+            if not m or (k, g) == last:
                 continue
             last = (k, g)
             key = f"{k}|{g}"
@@ -159,6 +224,25 @@ class TransferWindows:
                 new[key] = list(mem)
         if new:
             self.members[job] = {**known, **new}
+
+    def _share(self, job: str, part: str, cols: TransferPart) -> TransferPart:
+        """``cols`` with each key column equal to the part's last kept one replaced by it."""
+        prev = self.last.get((job, part))
+        if prev is not None:
+            cols = TransferPart(**cols)
+            for name in _KEY_COLS:
+                if cols[name] == prev[name]:  # type: ignore[literal-required]
+                    cols[name] = prev[name]  # type: ignore[literal-required]
+            rx, was = cols.get("rx"), prev.get("rx")
+            if rx and was:
+                cols["rx"] = [
+                    w if j < _RX_KEYS and c == w else c
+                    for j, (c, w) in enumerate(zip(rx, was, strict=True))
+                ]
+        elif len(self.last) >= _SHARED_PARTS:
+            self.last.clear()
+        self.last[(job, part)] = cols
+        return cols
 
     def keep_hosts(self, job: str, hosts: Mapping[str, str]) -> None:
         known = self.hosts.get(job) or {}
@@ -176,7 +260,7 @@ class TransferWindows:
         steps = list(range(step + 1 - self.width, step + 1))
         parts = [*(f"b{b}" for b in range(blocks)), "job"]
         meta: list[list[float]] = []
-        rows: list[tuple[int, list[TransferRow]]] = []
+        rows: list[tuple[int, TransferPart | list[TransferRow]]] = []
         for i, s in enumerate(steps):
             for part in [*parts, "m"]:
                 v = self.table.get(f"{job}|{s}|{part}")
@@ -204,68 +288,48 @@ class TransferWindows:
 
 
 def _stats(
-    rows: Sequence[tuple[int, Sequence[TransferRow]]], n: int, members: Mapping[str, list[int]]
+    parts: Sequence[tuple[int, TransferPart | Sequence[TransferRow]]],
+    n: int,
+    members: Mapping[str, list[int]],
 ) -> list[groupwide.GroupStat]:
-    """Rows of ``n`` steps (``(step index, rows)``) -> one GroupStat per (group, phase), and
-    one receive GroupStat per (rank, p2p phase) (:func:`argus.detectors.groupwide.receive_stats`);
-    a group row without members takes them from ``members`` (``"<kind>|<id>"``), or is left
-    out when they are unknown.
+    """Parts of ``n`` steps (``(step index, columns or rows)``) -> one GroupStat per (group,
+    phase), and one receive GroupStat per (rank, p2p phase)
+    (:func:`argus.detectors.groupwide.receive_part_stats`); a group row without members
+    takes them from ``members`` (``"<kind>|<id>"``), or is left out when they are unknown.
 
-    A part's rows are read as columns (a block's receive rows follow its group rows): its
-    groups' rows of a (group, phase) already met are found with one lookup each and their
-    times written at once; only a (group, phase)'s first row is looked at alone."""
+    A part's group rows of a (group, phase) already met are found with one lookup each (once
+    per distinct key columns: a part's are the same lists step after step) and their times
+    written at once; only a (group, phase)'s first row is looked at alone."""
     index: dict[tuple[str, str, str], int] = {}  # (kind, gid, phase) -> its row of the times
     mems: list[tuple[int, ...]] = []
     fills: list[tuple[np.ndarray, int, np.ndarray]] = []  # (rows, step index, ns), in order
-    rx: dict[int, list[Sequence[TransferRow]]] = {}
-    for i, rs in rows:
-        grp, rxs = _split_rx(rs)
-        if grp:
-            _fill(grp, i, index, mems, fills, members)
-        if rxs:
-            rx.setdefault(i, []).append(rxs)
+    places: dict[tuple[int, int, int], np.ndarray] = {}  # key columns' ids -> their rows
+    rx: list[tuple[int, list[list[Any]]]] = []
+    for i, v in parts:
+        cols = _part(v)
+        if cols["k"]:
+            _fill(cols, i, index, mems, fills, members, places)
+        r = cols.get("rx")
+        if r:
+            if None in r[6]:  # rows without a time are left out
+                keep = [j for j, t in enumerate(r[6]) if t is not None]
+                r = [[c[j] for j in keep] for c in r]
+            if r[0]:
+                rx.append((i, r))
     t_ns = np.full((len(index), n), np.nan)
     for at, i, ns in fills:
         t_ns[at, i] = ns
-    return [
-        groupwide.GroupStat(kind, gid, phase, mems[j], groupwide.stage_of(gid), t_ns[j])
-        for (kind, gid, phase), j in sorted(index.items())
-    ] + groupwide.receive_column_stats(_rx_columns(sorted(rx.items())), n)
+    stages: dict[str, int | None] = {}
+    out = []
+    for (kind, gid, phase), j in sorted(index.items()):
+        stage = stages[gid] if gid in stages else stages.setdefault(gid, groupwide.stage_of(gid))
+        out.append(groupwide.GroupStat(kind, gid, phase, mems[j], stage, t_ns[j]))
+    rx.sort(key=_first_of)  # stable: a step's parts in their order
+    return out + groupwide.receive_part_stats(rx, n)
 
 
-def _rx_columns(
-    parts: Sequence[tuple[int, list[Sequence[TransferRow]]]],
-) -> groupwide.ReceiveColumns:
-    """Receive rows (``(step index, each part's receive rows)``) as the columns of
-    :func:`argus.detectors.groupwide.receive_column_stats`, the suffix off their kinds and
-    rows without a time left out (it makes ints of what it keeps)."""
-    cols: list[list[Any]] = [[] for _ in range(8)]
-    for i, chunks in parts:
-        for rs in chunks:
-            kinds, gids, phases, ms, ts = zip(*rs, strict=True)
-            if None in ts:
-                kept = [r for r in rs if r[4] is not None]
-                if not kept:
-                    continue
-                kinds, gids, phases, ms, ts = zip(*kept, strict=True)
-            strip = {k: k[: -len(RX)] for k in set(kinds)}
-            ranks, stages, entries = zip(*ms, strict=True)
-            for col, v in zip(
-                cols,
-                (
-                    [i] * len(ts),
-                    map(strip.__getitem__, kinds),
-                    gids,
-                    phases,
-                    ranks,
-                    stages,
-                    entries,
-                    ts,
-                ),
-                strict=True,
-            ):
-                col.extend(v)
-    return tuple(cols)  # type: ignore[return-value]
+def _first_of(x: tuple[int, Any]) -> int:
+    return x[0]
 
 
 def _split_rx(rs: Sequence[TransferRow]) -> tuple[Sequence[TransferRow], Sequence[TransferRow]]:
@@ -282,29 +346,41 @@ def _split_rx(rs: Sequence[TransferRow]) -> tuple[Sequence[TransferRow], Sequenc
 
 
 def _fill(
-    rs: Sequence[TransferRow],
+    cols: TransferPart,
     i: int,
     index: dict[tuple[str, str, str], int],
     mems: list[tuple[int, ...]],
     fills: list[tuple[np.ndarray, int, np.ndarray]],
     members: Mapping[str, list[int]],
+    places: dict[tuple[int, int, int], np.ndarray],
 ) -> None:
-    """Group rows ``rs`` of step index ``i``: their (group, phase)s' rows in ``index`` (a new
-    one added at its first row with members, from the row or ``members``; rows before it are
-    left out), and their times to write (``fills``; None: not written)."""
-    kinds, gids, phases, ms, ts = zip(*rs, strict=True)
-    keys = list(zip(kinds, gids, phases, strict=True))
-    at = np.fromiter(map(index.get, keys, repeat(-1)), np.int64, len(keys))
-    for r in np.flatnonzero(at < 0).tolist():  # a (group, phase) not met yet, or a repeat
-        key = keys[r]
-        j = index.get(key)
-        if j is None:
-            m = ms[r] or members.get(f"{key[0]}|{key[1]}") or []
-            if not m:
-                continue
-            j = index[key] = len(mems)
-            mems.append(tuple(int(x) for x in m))
-        at[r] = j
-    ns = np.array(ts, np.float64)  # None -> NaN, not written
-    keep = (at >= 0) & ~np.isnan(ns)
-    fills.append((at[keep], i, ns[keep]))
+    """A part's group rows (``cols``) of step index ``i``: their (group, phase)s' rows in
+    ``index`` (a new one added at its first row with members, from the row or ``members``;
+    rows before it are left out), and their times to write (``fills``; None: not written).
+    ``places``: the rows found for key columns met before (by the lists' ids), kept when
+    every row has one (``index`` only grows, so they stay right)."""
+    kinds, gids, phases = cols["k"], cols["g"], cols["p"]
+    ids = (id(kinds), id(gids), id(phases))
+    at = places.get(ids)
+    if at is None:
+        keys = list(zip(kinds, gids, phases, strict=True))
+        at = np.fromiter(map(index.get, keys, repeat(-1)), np.int64, len(keys))
+        ms = cols.get("m")
+        for r in np.flatnonzero(at < 0).tolist():  # a (group, phase) not met yet, or a repeat
+            key = keys[r]
+            j = index.get(key)
+            if j is None:
+                m = (ms[r] if ms else None) or members.get(f"{key[0]}|{key[1]}") or []
+                if not m:
+                    continue
+                j = index[key] = len(mems)
+                mems.append(tuple(int(x) for x in m))
+            at[r] = j
+        if (at >= 0).all():
+            places[ids] = at
+    ns = np.array(cols["t"], np.float64)  # None -> NaN, not written
+    keep = ~np.isnan(ns) & (at >= 0)
+    if keep.all():
+        fills.append((at, i, ns))
+    else:
+        fills.append((at[keep], i, ns[keep]))
