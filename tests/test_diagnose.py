@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -149,3 +150,38 @@ def test_nan_free_json(tmp_path: Path) -> None:
     text = json.dumps(doc)
     assert "NaN" not in text
     assert all(not (isinstance(v, float) and math.isnan(v)) for v in doc["evaluation"].values())
+
+
+def test_cycle_collector_paused_during_a_run_and_restored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The collector's full passes are paused while a diagnosis holds its records, and its
+    state comes back as it was (enabled or not), also when the run fails."""
+    import gc
+
+    import argus.diagnose as d
+
+    out = tmp_path / "job"
+    assert main(["simulate", "healthy", "--ranks", "16", "--steps", "12", "--out", str(out)]) == 0
+    seen: list[bool] = []
+    real = d.run_engine
+
+    def spy(*a: Any, **k: Any) -> Any:
+        seen.append(gc.isenabled())
+        return real(*a, **k)
+
+    monkeypatch.setattr(d, "run_engine", spy)
+    was = gc.isenabled()
+    try:
+        gc.enable()
+        diagnose_path(out)
+        assert seen == [False] and gc.isenabled()
+        gc.disable()
+        diagnose_path(out)
+        assert seen == [False, False] and not gc.isenabled()
+        gc.enable()
+        with pytest.raises(DetectorInputError):
+            d.diagnose([{"job": "j"}])
+        assert gc.isenabled()
+    finally:
+        (gc.enable if was else gc.disable)()
