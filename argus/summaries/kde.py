@@ -794,15 +794,17 @@ def _summarize(
             break
         splits = np.concatenate((splits, fresh))
         splits.sort()
-    splits = _cap_clusters(xs, starts, splits, config.max_clusters)
+    split_group = starts.searchsorted(splits, side="right") - 1  # a split is inside a group
+    splits, split_group = _cap_clusters(xs, splits, split_group, n_groups, config.max_clusters)
 
     # (6) clusters = runs of xs between group starts and kept splits
+    gfirst = np.zeros(n_groups + 1, np.int64)
+    np.cumsum(np.bincount(split_group, minlength=n_groups) + 1, out=gfirst[1:])
+    cgroup = np.arange(n_groups).repeat(np.diff(gfirst))
     cstart = np.sort(np.concatenate((starts, splits)))
     cend = np.append(cstart[1:], xs.size)
-    cgroup = np.searchsorted(starts, cstart, side="right") - 1
     ccount = cend - cstart
     quant = _cluster_quantiles(xs, cstart, ccount, lv, off[cgroup])
-    gfirst = np.searchsorted(cgroup, np.arange(n_groups + 1), side="left").astype(np.int64)
     many = ManySummary(
         group_ids=ids,
         group_n=counts,
@@ -1009,9 +1011,10 @@ def _valley_splits(
     # (maximum, minimum, ..., maximum: it starts and ends at zero), so each valley's two
     # neighbouring peaks are the turns just before and after it.
     d = dens[1:] - dens[:-1]
-    nz = d.nonzero()[0]
-    rising = d[nz] > 0
-    del d
+    up = d > 0
+    nz = (up | (d < 0)).nonzero()[0]  # bool masks: cheaper than d.nonzero() and d[nz] > 0
+    rising = up[nz]
+    del d, up
     turn = (rising[1:] != rising[:-1]).nonzero()[0] + 1
     ext = nz[turn]  # grid points of the turns, a maximum first
     at_min = rising[turn].nonzero()[0]  # >= 1, and < ext.size - 1
@@ -1019,6 +1022,14 @@ def _valley_splits(
         return at_min
     cand = ext[at_min]
     cg = goff_k.searchsorted(cand, side="right") - 1  # index into kept
+    # the valley bin's centre above the segment's minimum: a boundary keeps min_log_gap from
+    # the data's bottom and top (step 5), so the others (~2/3) are dropped before searching
+    xb = (cand - goff_k[cg] - pad + 0.5) * step[cg]
+    inside = (xb >= config.min_log_gap) & (xb <= rng_k[cg] - config.min_log_gap)
+    if not inside.all():
+        at_min, cand, cg, xb = at_min[inside], cand[inside], cg[inside], xb[inside]
+        if cand.size == 0:
+            return at_min
     pos = ti.searchsorted(cand)  # events of kept segments in bins < cand go left
     del ti
     pos += moved[cg]  # ... as an index into xs
@@ -1027,9 +1038,7 @@ def _valley_splits(
     else:
         dv = dens[ext]
         deep = dv[at_min] <= config.valley_depth * np.minimum(dv[at_min - 1], dv[at_min + 1])
-    return _filter_valleys(
-        cand, pos, cg, deep, xs, starts[kept], starts[kept] + n_k, goff_k, rng_k, step, pad, config
-    )
+    return _filter_valleys(pos, cg, deep, xb, xs, starts[kept], starts[kept] + n_k, config)
 
 
 def _narrowest(config: KdeConfig) -> float:
@@ -1099,24 +1108,21 @@ def _cluster_quantiles(
 
 
 def _filter_valleys(
-    cand: np.ndarray,
     pos: np.ndarray,
     cg: np.ndarray,
     deep: np.ndarray,
+    xb: np.ndarray,
     xs: np.ndarray,
     starts: np.ndarray,
     ends: np.ndarray,
-    goff: np.ndarray,
-    rng: np.ndarray,
-    step: np.ndarray,
-    pad: int,
     config: KdeConfig,
 ) -> np.ndarray:
     """Split positions (into xs) of the kept valleys, increasing. See module doc, step 5.
 
-    ``cand`` (V,) grid points of the valleys, ``pos`` their split index into ``xs``, ``cg``
-    their segment, ``deep`` whether they pass ``valley_depth``; ``rng`` (S,) is each
-    segment's range and ``step`` its grid step (ln units).
+    ``pos`` (V,) the valleys' split indices into ``xs``, ``cg`` their segment, ``deep``
+    whether they pass ``valley_depth``, ``xb`` their bin centres above the segment's minimum
+    (ln units, already within ``min_log_gap`` of neither end of the segment's data);
+    ``starts``, ``ends`` (S,) the segments' bounds in ``xs``.
     """
     m = config.min_samples_per_side
     mlg = config.min_log_gap
@@ -1125,12 +1131,10 @@ def _filter_valleys(
     idx = ((left > 0) & (right > 0)).nonzero()[0]
     if idx.size == 0:
         return idx
-    cand, pos, cg = cand[idx], pos[idx], cg[idx]
+    pos, cg, xb = pos[idx], cg[idx], xb[idx]
     strong = xs[pos] - xs[pos - 1] >= config.isolate_log_gap
-    xb = (cand - goff[cg] - pad + 0.5) * step[cg]  # the valley bin's centre above the minimum
-    # enough events on each side (or a wide data gap), and min_log_gap from the data's top
+    # enough events on each side (or a wide data gap)
     ok = strong | ((left[idx] >= m) & (right[idx] >= m) & deep[idx])
-    ok &= xb <= rng[cg] - mlg
     idx = ok.nonzero()[0]
     if idx.size == 0:
         return idx
@@ -1171,21 +1175,21 @@ def _filter_valleys(
 
 
 def _cap_clusters(
-    xs: np.ndarray, starts: np.ndarray, splits: np.ndarray, max_clusters: int
-) -> np.ndarray:
-    """Drop splits beyond ``max_clusters`` per group, keeping those with the widest data gaps."""
+    xs: np.ndarray, splits: np.ndarray, group: np.ndarray, n_groups: int, max_clusters: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Drop splits beyond ``max_clusters`` per group, keeping those with the widest data gaps;
+    ``group`` (S,) is each split's group (< ``n_groups``). Returns the kept splits and their
+    groups."""
     limit = max_clusters - 1
     if splits.size <= limit:
-        return splits
-    grp = np.searchsorted(starts, splits, side="right") - 1
-    per = np.bincount(grp, minlength=starts.size)
+        return splits, group
+    per = np.bincount(group, minlength=n_groups)
     over = np.flatnonzero(per > limit)
     if over.size == 0:
-        return splits
+        return splits, group
     gap = xs[splits] - xs[splits - 1]
     drop = np.zeros(splits.size, dtype=bool)
     for g in over.tolist():
-        rows = np.flatnonzero(grp == g)
+        rows = np.flatnonzero(group == g)
         drop[rows[np.argsort(-gap[rows], kind="stable")[limit:]]] = True
-    out: np.ndarray = splits[~drop]
-    return out
+    return splits[~drop], group[~drop]
