@@ -27,6 +27,7 @@ Readers need not care: :func:`groups_from_summary` (and :func:`summary_columns`)
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any
@@ -229,6 +230,12 @@ def _numbering(slot: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray | No
     return vals, inv.reshape(-1), cnt
 
 
+#: Events per :func:`~argus.summaries.kde.summarize_blocks` call of a large poll: its ~40
+#: passes over the events then run on arrays of ~1.5 MB; a call per ~64 records of 3,000
+#: events costs ~15 % less per record than one per 256 (2-core VM, BENCHMARKS.md)
+_CHUNK_EVENTS = 3 << 16
+
+
 class SummarizedBatches:
     """Many ``kernel_batch`` records compressed in one call; :meth:`record` builds each one's
     ``kernel_summary`` (as :func:`summarize_batch` would), in any order and when the caller
@@ -271,6 +278,19 @@ class SummarizedBatches:
         self.names = [c[0] for c in cols]
         n_rec = len(cols)
         sizes = np.fromiter((c[1].size for c in cols), np.int64, n_rec)
+        self._parts: list[SummarizedBatches] = []
+        self._part_first: list[int] = []
+        if n_rec > 1 and int(sizes.sum()) > _CHUNK_EVENTS:  # in chunks that stay in cache
+            ends = np.cumsum(sizes).tolist()
+            a = 0
+            while a < n_rec:
+                b = max(bisect.bisect_right(ends, (ends[a - 1] if a else 0) + _CHUNK_EVENTS), a + 1)
+                self._part_first.append(a)
+                self._parts.append(
+                    SummarizedBatches(batches[a:b], config=config, columns=cols[a:b])
+                )
+                a = b
+            return
         if n_rec == 0 or not sizes.any():
             many0 = summarize_many(np.zeros(0, np.int64), np.zeros(0, np.int64), config=config)
             self._set(config, many0, np.zeros(n_rec + 1, np.int64), [0] * n_rec)
@@ -364,11 +384,14 @@ class SummarizedBatches:
         self.rejected = rejected
 
     def __len__(self) -> int:
-        return len(self.bg) - 1
+        return len(self.batches)
 
     def record(self, i: int, *, announced: set[int] | None = None) -> dict[str, Any]:
         """Record i's ``kernel_summary`` (``announced``: as :func:`summarize_batch`'s; the set
         is read, not modified)."""
+        if self._parts:
+            p = bisect.bisect_right(self._part_first, i) - 1
+            return self._parts[p].record(i - self._part_first[p], announced=announced)
         batch = self.batches[i]
         g0, g1 = self.bg[i], self.bg[i + 1]
         c0, c1 = self.first[g0], self.first[g1]

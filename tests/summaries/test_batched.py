@@ -112,8 +112,16 @@ def _records(seed: int) -> list[dict]:
     return out
 
 
+@pytest.mark.parametrize("chunk", [None, 5000], ids=["one-call", "chunks"])
 @pytest.mark.parametrize("cfg", [PAPER, COMPACT], ids=lambda c: c.method)
-def test_batches_equal_summarize_batch(cfg: kde.KdeConfig) -> None:
+def test_batches_equal_summarize_batch(
+    cfg: kde.KdeConfig, chunk: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In one summarize_blocks call, or in chunks of ~5,000 events (a large poll's are
+    ~200,000): each record as summarize_batch gives it alone."""
+    if chunk is not None:
+        monkeypatch.setattr(sr, "_CHUNK_EVENTS", chunk)
+        assert len(sr.SummarizedBatches(_records(3))._parts) > 3
     recs = _records(3)
     ann: list[set[int] | None] = [
         None if i % 3 == 0 else {kernel_id(n) for n in r["names"][: i % 4]}
