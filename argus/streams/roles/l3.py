@@ -18,7 +18,7 @@ from argus.routing import Routing
 from argus.streams import metrics, windows
 from argus.streams.roles.context import RoleContext, emit_findings
 from argus.streams.roles.state import KernelItem, L3Progress, L3State
-from argus.summaries.summary_record import BatchError, KernelNames, names_from_summary
+from argus.summaries.summary_record import BatchError, KernelNames
 
 __all__ = ["L3Windows", "route_summary"]
 
@@ -39,7 +39,7 @@ def route_summary(
                 summary=base64.b64encode(value).decode(),
                 part=part,
                 # names this summary announces, kept by the scope (a restart needs them)
-                names={str(k): v for k, v in names_from_summary(rec).items()},
+                names={str(int(n["id"])): str(n["name"]) for n in rec.get("kernel_names") or ()},
             ),
         )
     ]
@@ -121,7 +121,7 @@ class L3Windows:
         rank's names once (again every 32 windows), so a restarted worker must not lose
         them with its memory."""
         kept = self.name_table.get(gk) or {}
-        if any(kept.get(k) != v for k, v in names.items()):
+        if not names.items() <= kept.items():  # a name not kept yet, or kept otherwise
             self.name_table[gk] = {**kept, **names}
 
     async def tick(self, gk: str, st: L3State, now: float) -> bool:
