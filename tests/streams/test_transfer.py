@@ -110,7 +110,8 @@ def test_group_members_travel_once_and_rows_after_them_use_the_kept_ones() -> No
 def test_batch_rows_are_the_windows_rows(scenario: str, layout: str) -> None:
     """The steps roles reduce batches (:func:`batch_rows`, one call per batch and phase):
     the same rows, in the same order, as :func:`transfer_rows` of the batches' groups one
-    window at a time, also where ranks lack a phase (NaN among a group's ranks), a step is
+    window at a time (and :func:`batch_columns`, their columns, the same key lists for the
+    same batches), also where ranks lack a phase (NaN among a group's ranks), a step is
     missing ranks, or the batches are of several steps (the windows' path)."""
     import random
 
@@ -118,7 +119,7 @@ def test_batch_rows_are_the_windows_rows(scenario: str, layout: str) -> None:
 
     from argus.detectors.columnar import Topology, group_batches
     from argus.routing import Routing
-    from argus.streams.roles.transfer import batch_rows, transfer_rows
+    from argus.streams.roles.transfer import batch_columns, batch_rows, columns, transfer_rows
 
     run = SimRun.make(scenario, layout=layout, steps=6, seed=3, kernels=False)
     recs = [r for t, _k, r in simulate(run) if t == "raw.steps"]
@@ -138,6 +139,12 @@ def test_batch_rows_are_the_windows_rows(scenario: str, layout: str) -> None:
         for members in (True, False):
             rows = batch_rows(batches, rs, members=members)
             assert rows == transfer_rows(wins, rs, members=members)
+            cols = batch_columns(batches, rs, members=members)
+            assert cols == columns(rows)
+            again = batch_columns(batches, rs, members=members)  # the same shape: its lists
+            assert again == cols
+            if len(s) == 1:  # (batches of several steps take the rows' path)
+                assert all(again[c] is cols[c] for c in "kgp")  # type: ignore[literal-required]
         gaps += sum(
             int(np.isnan(b.durations_ns[..., j]).any(axis=(1, 2)).sum())
             for b in batches
@@ -272,7 +279,7 @@ def test_kept_columns_sharing_their_keys_give_the_rows_stats(seed: int) -> None:
 
     rnd = random.Random(seed)
     n = rnd.randint(2, 6)
-    tw = TransferWindows(_MemoryCtx(DetectorsConfig(), PipelineConfig()))  # type: ignore[arg-type]
+    tw = TransferWindows(_MemoryCtx(DetectorsConfig(), PipelineConfig()))
     keys: dict[str, tuple[list[Any], list[Any]]] = {}
     sent: list[tuple[int, str, list[Any]]] = []
     for i in range(n):
@@ -321,7 +328,7 @@ def test_a_part_s_keys_are_kept_once_across_steps() -> None:
     from argus.streams.memory import _MemoryCtx
     from argus.streams.roles.transfer import TransferWindows, columns
 
-    tw = TransferWindows(_MemoryCtx(DetectorsConfig(), PipelineConfig()))  # type: ignore[arg-type]
+    tw = TransferWindows(_MemoryCtx(DetectorsConfig(), PipelineConfig()))
     rows = [("dp", "x0", "ar", [1, 2], 1.0), ("pp>rx", "g0", "a", [1, 0, 2], 3.0)]
     tw.keep("j", 0, "b0", columns(rows))
     tw.keep("j", 1, "b0", [("dp", "x0", "ar", [], 2.0), ("pp>rx", "g0", "a", [1, 0, 3], 4.0)])

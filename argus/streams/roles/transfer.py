@@ -162,8 +162,84 @@ def batch_columns(
     members: bool = True,
     receives: Sequence[groupwide.ReceiveRow] | None = None,
 ) -> TransferPart:
-    """:func:`columns` of :func:`batch_rows`: what a digest carries."""
-    return columns(batch_rows(batches, records, members=members, receives=receives))
+    """:func:`columns` of :func:`batch_rows` (what a digest carries), made from the batches'
+    times at once: a part's groups and phases are the same step after step, so its key
+    columns (and members) are made once per shape of its batches and are the very lists
+    each step (:data:`_LAYOUTS`); only the times are new."""
+    steps = {tuple(b.steps.tolist()) for b in batches}
+    if len(steps) > 1 or any(len(s) != 1 for s in steps):
+        return columns(batch_rows(batches, records, members=members, receives=receives))
+    times: list[np.ndarray] = []  # per batch with transfer phases: (G, P') raveled
+    shape: list[Any] = [members]
+    for b in batches:
+        ts = groupwide.transfer_times(b.durations_ns[:, :, 0, :], b.stream_kinds)
+        if not ts:
+            continue
+        times.append(np.stack(list(ts.values()), axis=1).ravel())
+        shape += [b.group_kind, b.group_ids, tuple(ts), b.phases]
+        if members:
+            shape.append(b.ranks.tobytes())
+    key = tuple(shape)
+    lay = _LAYOUTS.get(key)
+    if lay is None:
+        lay = _layout(batches, members)
+        if len(_LAYOUTS) >= _MAX_LAYOUTS:
+            _LAYOUTS.clear()
+        _LAYOUTS[key] = lay
+    k, g, p, m, order = lay
+    if times:
+        t = np.concatenate(times)[order]
+        ok = np.isfinite(t)
+        ns: list[float | None] = t.tolist()
+        if not ok.all():
+            ns = [x if keep else None for x, keep in zip(ns, ok.tolist(), strict=True)]
+    else:
+        ns = []
+    out = TransferPart(k=k, g=g, p=p, t=ns)
+    if m is not None:
+        out["m"] = m
+    rx = _rx_rows(records, receives)
+    if rx:
+        out["rx"] = columns(rx)["rx"]
+    return out
+
+
+_Layout = tuple[list[str], list[str], list[str], list[list[int]] | None, np.ndarray]
+_LAYOUTS: dict[tuple[Any, ...], _Layout] = {}
+"""A shape of batches (kinds, group ids, transfer phases, members) -> its part's key columns,
+members and the order of its rows among the batches' times (:func:`batch_columns`)."""
+_MAX_LAYOUTS = 4096
+
+
+def _layout(batches: Sequence[GroupBatch], members: bool) -> _Layout:
+    """The key columns, members (None: not sent) and row order of :func:`batch_columns`:
+    groups by (kind, id), each group's transfer phases in the batch's order, as
+    :func:`batch_rows` makes them."""
+    groups: list[tuple[tuple[str, str], int, list[str], list[int]]] = []
+    at = 0  # a group's first row among the batches' raveled times
+    for b in batches:
+        ts = groupwide.transfer_times(b.durations_ns[:, :, 0, :], b.stream_kinds)
+        if not ts:
+            continue
+        phases = [b.phases[j] for j in ts]
+        ranks = b.ranks.tolist() if members else [[]] * len(b.group_ids)
+        for i, gid in enumerate(b.group_ids):
+            groups.append(((b.group_kind, gid), at, phases, ranks[i]))
+            at += len(phases)
+    groups.sort(key=_first)  # stable: as batch_rows
+    k: list[str] = []
+    g: list[str] = []
+    p: list[str] = []
+    m: list[list[int]] = []
+    order: list[int] = []
+    for (kind, gid), first, phases, mem in groups:
+        n = len(phases)
+        k += [kind] * n
+        g += [gid] * n
+        p += phases
+        m += [mem] * n
+        order += range(first, first + n)
+    return k, g, p, (m if members else None), np.asarray(order, np.int64)
 
 
 def _part(v: TransferPart | Sequence[TransferRow]) -> TransferPart:
@@ -175,7 +251,7 @@ def _group_key(w: GroupWindow) -> tuple[str, str]:
     return (w.group_kind, w.group_id)
 
 
-def _first(x: tuple[tuple[str, str], TransferRow]) -> tuple[str, str]:
+def _first(x: Sequence[Any]) -> Any:
     return x[0]
 
 
@@ -209,7 +285,7 @@ class TransferWindows:
         cols = self._share(job, part, cols)
         self.table[f"{job}|{step}|{part}"] = cols
         ms = cols.get("m")
-        if not ms:
+        if not ms or part == "job":  # the job tier's own rows always carry their members
             return
         known = self.members.get(job) or {}
         new: dict[str, list[int]] = {}
@@ -231,12 +307,13 @@ class TransferWindows:
         if prev is not None:
             cols = TransferPart(**cols)
             for name in _KEY_COLS:
-                if cols[name] == prev[name]:  # type: ignore[literal-required]
-                    cols[name] = prev[name]  # type: ignore[literal-required]
+                c, w = cols[name], prev[name]  # type: ignore[literal-required]
+                if c is not w and c == w:
+                    cols[name] = w  # type: ignore[literal-required]
             rx, was = cols.get("rx"), prev.get("rx")
             if rx and was:
                 cols["rx"] = [
-                    w if j < _RX_KEYS and c == w else c
+                    w if j < _RX_KEYS and (c is w or c == w) else c
                     for j, (c, w) in enumerate(zip(rx, was, strict=True))
                 ]
         elif len(self.last) >= _SHARED_PARTS:
@@ -300,15 +377,12 @@ def _stats(
     A part's group rows of a (group, phase) already met are found with one lookup each (once
     per distinct key columns: a part's are the same lists step after step) and their times
     written at once; only a (group, phase)'s first row is looked at alone."""
-    index: dict[tuple[str, str, str], int] = {}  # (kind, gid, phase) -> its row of the times
-    mems: list[tuple[int, ...]] = []
-    fills: list[tuple[np.ndarray, int, np.ndarray]] = []  # (rows, step index, ns), in order
-    places: dict[tuple[int, int, int], np.ndarray] = {}  # key columns' ids -> their rows
+    acc = _Groups(members)
     rx: list[tuple[int, list[list[Any]]]] = []
     for i, v in parts:
         cols = _part(v)
         if cols["k"]:
-            _fill(cols, i, index, mems, fills, members, places)
+            acc.fill(cols, i)
         r = cols.get("rx")
         if r:
             if None in r[6]:  # rows without a time are left out
@@ -316,16 +390,8 @@ def _stats(
                 r = [[c[j] for j in keep] for c in r]
             if r[0]:
                 rx.append((i, r))
-    t_ns = np.full((len(index), n), np.nan)
-    for at, i, ns in fills:
-        t_ns[at, i] = ns
-    stages: dict[str, int | None] = {}
-    out = []
-    for (kind, gid, phase), j in sorted(index.items()):
-        stage = stages[gid] if gid in stages else stages.setdefault(gid, groupwide.stage_of(gid))
-        out.append(groupwide.GroupStat(kind, gid, phase, mems[j], stage, t_ns[j]))
     rx.sort(key=_first_of)  # stable: a step's parts in their order
-    return out + groupwide.receive_part_stats(rx, n)
+    return acc.stats(n) + groupwide.receive_part_stats(rx, n)
 
 
 def _first_of(x: tuple[int, Any]) -> int:
@@ -345,42 +411,66 @@ def _split_rx(rs: Sequence[TransferRow]) -> tuple[Sequence[TransferRow], Sequenc
     return [r for r in rs if not r[0].endswith(RX)], [r for r in rs if r[0].endswith(RX)]
 
 
-def _fill(
-    cols: TransferPart,
-    i: int,
-    index: dict[tuple[str, str, str], int],
-    mems: list[tuple[int, ...]],
-    fills: list[tuple[np.ndarray, int, np.ndarray]],
-    members: Mapping[str, list[int]],
-    places: dict[tuple[int, int, int], np.ndarray],
-) -> None:
-    """A part's group rows (``cols``) of step index ``i``: their (group, phase)s' rows in
-    ``index`` (a new one added at its first row with members, from the row or ``members``;
-    rows before it are left out), and their times to write (``fills``; None: not written).
-    ``places``: the rows found for key columns met before (by the lists' ids), kept when
-    every row has one (``index`` only grows, so they stay right)."""
-    kinds, gids, phases = cols["k"], cols["g"], cols["p"]
-    ids = (id(kinds), id(gids), id(phases))
-    at = places.get(ids)
-    if at is None:
-        keys = list(zip(kinds, gids, phases, strict=True))
+class _Groups:
+    """The group rows of a window's parts, gathered for :func:`_stats`."""
+
+    def __init__(self, members: Mapping[str, list[int]]) -> None:
+        self.members = members  # "<kind>|<id>" -> members, for rows without
+        self.index: dict[tuple[str, str, str], int] = {}  # (kind, gid, phase) -> its row
+        self.mems: list[tuple[int, ...]] = []  # per row of the times
+        self.fills: list[tuple[np.ndarray, int, np.ndarray]] = []  # (rows, step index, ns)
+        self.places: dict[tuple[int, int, int], np.ndarray] = {}  # key columns' ids -> rows
+        self.tuples: dict[int, tuple[int, ...]] = {}  # a members list's id -> its tuple
+
+    def fill(self, cols: TransferPart, i: int) -> None:
+        """A part's group rows (``cols``) of step index ``i``: their (group, phase)s' rows
+        (a new one added at its first row with members, from the row or ``members``; rows
+        before it are left out), and their times to write (None: not written). The rows
+        found for key columns met before (the very lists) are reused when every row had one
+        (rows are only added, so they stay right)."""
+        kinds, gids, phases = cols["k"], cols["g"], cols["p"]
+        ids = (id(kinds), id(gids), id(phases))
+        at = self.places.get(ids)
+        if at is None:
+            at = self._find(cols)
+            if (at >= 0).all():
+                self.places[ids] = at
+        ns = np.array(cols["t"], np.float64)  # None -> NaN, not written
+        keep = ~np.isnan(ns) & (at >= 0)
+        if keep.all():
+            self.fills.append((at, i, ns))
+        else:
+            self.fills.append((at[keep], i, ns[keep]))
+
+    def _find(self, cols: TransferPart) -> np.ndarray:
+        index, ms = self.index, cols.get("m")
+        keys = list(zip(cols["k"], cols["g"], cols["p"], strict=True))
         at = np.fromiter(map(index.get, keys, repeat(-1)), np.int64, len(keys))
-        ms = cols.get("m")
         for r in np.flatnonzero(at < 0).tolist():  # a (group, phase) not met yet, or a repeat
             key = keys[r]
             j = index.get(key)
             if j is None:
-                m = (ms[r] if ms else None) or members.get(f"{key[0]}|{key[1]}") or []
+                m = (ms[r] if ms else None) or self.members.get(f"{key[0]}|{key[1]}") or []
                 if not m:
                     continue
-                j = index[key] = len(mems)
-                mems.append(tuple(int(x) for x in m))
+                j = index[key] = len(self.mems)
+                t = self.tuples.get(id(m))
+                if t is None:
+                    t = self.tuples[id(m)] = tuple(int(x) for x in m)
+                self.mems.append(t)
             at[r] = j
-        if (at >= 0).all():
-            places[ids] = at
-    ns = np.array(cols["t"], np.float64)  # None -> NaN, not written
-    keep = ~np.isnan(ns) & (at >= 0)
-    if keep.all():
-        fills.append((at, i, ns))
-    else:
-        fills.append((at[keep], i, ns[keep]))
+        return at
+
+    def stats(self, n: int) -> list[groupwide.GroupStat]:
+        """One GroupStat per (group, phase) met, in key order, times of ``n`` steps."""
+        t_ns = np.full((len(self.index), n), np.nan)
+        for at, i, ns in self.fills:
+            t_ns[at, i] = ns
+        stages: dict[str, int | None] = {}
+        out = []
+        for (kind, gid, phase), j in sorted(self.index.items()):
+            stage = (
+                stages[gid] if gid in stages else stages.setdefault(gid, groupwide.stage_of(gid))
+            )
+            out.append(groupwide.GroupStat(kind, gid, phase, self.mems[j], stage, t_ns[j]))
+        return out
