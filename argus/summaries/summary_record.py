@@ -260,7 +260,9 @@ class SummarizedBatches:
     Groups are one dense id per (record, kernel id, stream), ordered by kernel id, then stream
     inside each record (as :func:`summarize_batch` orders them), so every float the KDE
     computes is the single record's (:func:`~argus.summaries.kde.summarize_blocks`). Kernel
-    ids come from a process-wide name cache; the quantile levels' list is built once.
+    ids come from a process-wide name cache; the quantile levels' list is built once. A poll
+    of more than ``_CHUNK_EVENTS`` events is summarised one chunk of consecutive records at a
+    time (the same records; its arrays stay in cache).
     """
 
     def __init__(
