@@ -515,7 +515,8 @@ def detect_window(
         stream = None if key[1] < 0 else int(key[1])
         comm = _is_comm(key, [t.stream_kinds[i] for i in rows[:8].tolist()])
         kcfg = replace(cfg, min_rel_w1=cfg.min_rel_w1_comm) if comm else cfg
-        res = score_ranks(q, kcfg, n_tests=n_tests[int(p_scope[a])])
+        # no (R, R) matrix: a finding shows the scores, never the pairwise W1 (display only)
+        res = score_ranks(q, kcfg, n_tests=n_tests[int(p_scope[a])], pairwise=False)
         if res.flagged.any():
             named = np.flatnonzero(res.flagged)
             worst = named[np.nanargmax(res.scores[named])]
