@@ -19,6 +19,7 @@ the window agent handles a tick like any event, in that partition's context.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import gc
 import json
 import logging
@@ -44,6 +45,7 @@ __all__ = [
     "Worker",
     "build_app",
     "partition_of",
+    "rekey_messages",
     "route_batches",
     "window_agent",
 ]
@@ -142,22 +144,30 @@ class Ctx:
         metrics.RECORDS_OUT.labels(role, suffix).inc()
 
     async def late(self, role: str, reason: str) -> None:
-        """A role's late item: the internal message carrying it goes to the DLQ with the
-        reason (:class:`argus.streams.roles.context.RoleContext`)."""
+        """A role's late item goes to the DLQ with the reason, as an internal message of
+        its own (``{"items": [item], "t": ...}``; the source offset points at the message
+        that carried it) (:class:`argus.streams.roles.context.RoleContext`)."""
         event = faust.current_event()
         if event is not None:
-            await self.dlq(event, LateRecord(reason), role, reason="late")
+            await self.dlq(event, LateRecord(reason), role, reason="late", value=_item_value())
 
     async def dlq(
-        self, event: faust.EventT, exc: BaseException, role: str, reason: str | None = None
+        self,
+        event: faust.EventT,
+        exc: BaseException,
+        role: str,
+        reason: str | None = None,
+        value: bytes | None = None,
     ) -> None:
-        """Send the event's original bytes and the reason to ``argus.dlq``."""
+        """Send the event's original bytes (or ``value``: the one item of an internal
+        message that failed, :func:`window_agent`) and the reason to ``argus.dlq``."""
         msg = event.message
         code = getattr(exc, "reason", None)  # DecodeError, BatchError, validate.InputError
         why = reason or (code if isinstance(code, str) else type(exc).__name__)
         text = str(exc)
         reason = (text if text.startswith(f"{why}:") else f"{why}: {text}")[:3800]
-        value = msg.value if isinstance(msg.value, bytes) else b""
+        if value is None:
+            value = msg.value if isinstance(msg.value, bytes) else b""
         cap = self.pcfg.dlq_max_value_bytes
         if len(value) > cap:  # the producer's request limit; the source offset has it all
             reason += f" [value cut to its first {cap} of {len(value)} bytes]"
@@ -182,6 +192,21 @@ class LateRecord(Exception):
     """A record that came after its window closed (allowed lateness exceeded)."""
 
     reason = "late"
+
+
+_ITEM: contextvars.ContextVar[tuple[Any, float] | None] = contextvars.ContextVar(
+    "argus_window_item", default=None
+)
+"""The item a window agent is folding and its message's time (:func:`window_agent`)."""
+
+
+def _item_value() -> bytes | None:
+    """The DLQ value of the item being folded: an internal message holding it alone."""
+    cur = _ITEM.get()
+    if cur is None:
+        return None
+    item, now = cur
+    return json.dumps({"items": [item], "t": now}, separators=(",", ":")).encode()
 
 
 def is_tick(event: faust.EventT) -> bool:
@@ -504,41 +529,112 @@ async def guarded(
 
 # -- routers and window agents ---------------------------------------------------------------
 # faust's ``take()``/``take_events()`` batching stalled low-volume agents when many agents
-# share one worker (faust-streaming 0.15.3; see robinhood/faust#262, faust-streaming#175),
-# so both shapes below work one event at a time.
+# share one worker (faust-streaming 0.15.3; see robinhood/faust#262, faust-streaming#175), so
+# the routers below never wait for more input: a poll is what is already queued.
 
 Route = Callable[[faust.EventT], Awaitable[list[tuple[str, Any]] | None]]
+
+ROUTE_POLL_MAX = 512
+"""Events a router takes into one poll at most (those already queued for it)."""
+REKEY_MESSAGE_BYTES = 256 * 1024
+"""A re-key message carries items of several events up to about this many bytes of JSON
+(under the producer's 1 MB request limit); one event's items for a key always travel
+together, however large."""
+
+
+def rekey_messages(items: list[tuple[Any, bytes]], sent: float) -> list[tuple[list[Any], bytes]]:
+    """The messages of one key's items in a poll: ``[(owners, value)]``.
+
+    ``items`` are ``(owner, item JSON)`` in order (owner: the event the item came from); a
+    value is ``{"items": [...], "t": sent}`` holding items in order, cut between owners
+    once it reaches :data:`REKEY_MESSAGE_BYTES`. ``owners`` lists each message's owners
+    once, in order."""
+    t = b'],"t":' + json.dumps(sent).encode() + b"}"
+    out: list[tuple[list[Any], bytes]] = []
+    owners: list[Any] = []
+    parts: list[bytes] = []
+    size = 0
+    for owner, data in items:
+        if not owners or owners[-1] is not owner:
+            if size >= REKEY_MESSAGE_BYTES:
+                out.append((owners, b'{"items":[' + b",".join(parts) + t))
+                owners, parts, size = [], [], 0
+            owners.append(owner)
+        parts.append(data)
+        size += len(data) + 1
+    if parts:
+        out.append((owners, b'{"items":[' + b",".join(parts) + t))
+    return out
 
 
 def route_batches(
     ctx: Ctx, src: faust.TopicT, dst: faust.TopicT, *, name: str, role: str, route: Route
 ) -> None:
-    """A stateless router: decode and re-key each event onto ``dst``.
+    """A stateless router: decode and re-key each event onto ``dst``, a poll at a time.
 
     ``route(event)`` returns ``[(key, item), ...]``; a decoding or validation error sends
-    the event to the DLQ. Items of one event with the same key travel as one message
-    ``{"items": [item, ...]}``.
+    the event to the DLQ. A poll is the events already queued (up to
+    :data:`ROUTE_POLL_MAX`); its items with the same key travel as one message
+    ``{"items": [item, ...], "t": send time}`` (:func:`rekey_messages`), in the order
+    consumed, so the re-key hop and the window agent pay per key and poll, not per record
+    (at 1,024 ranks a poll of 256 step records becomes 4 messages). The poll's events are
+    acknowledged once its messages are sent (their offsets commit once those are durable).
     """
     suffix = src.get_topic_name().removeprefix(ctx.settings.topic_prefix + ".")
     records_in = metrics.RECORDS_IN.labels(role, suffix)  # the child, not a lookup per event
 
-    @ctx.app.agent(src, name=name)
-    async def _router(stream: faust.StreamT) -> None:
-        async for event in stream.events():
+    async def poll(events: list[faust.EventT]) -> None:
+        by_key: dict[str, list[tuple[Any, bytes]]] = {}
+        for event in events:
             records_in.inc()
             note_consumed(event)
             try:
                 routed = await route(event)
-                out: dict[str, list[Any]] = {}
-                for key, item in routed or ():
-                    out.setdefault(key, []).append(item)
-                sent = time.time()
-                for key, items in out.items():
-                    await ctx.send_keyed(dst, key, {"items": items, "t": sent})
+                mine = [
+                    (k, json.dumps(item, separators=(",", ":")).encode())
+                    for k, item in routed or ()
+                ]
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # undecodable, invalid, or too large to re-key
+            except Exception as exc:  # undecodable or invalid
                 await ctx.dlq(event, exc, role)
+                continue
+            for key, data in mine:
+                by_key.setdefault(key, []).append((event, data))
+        sent = time.time()
+        failed: set[int] = set()
+        for key, items in by_key.items():
+            for owners, value in rekey_messages(items, sent):
+                try:
+                    await ctx.send(
+                        dst,
+                        key.encode(),
+                        value,
+                        partition=partition_of(key, ctx.pcfg.internal_partitions),
+                    )
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # too large to re-key: its events to the DLQ
+                    for ev in owners:
+                        if id(ev) not in failed:
+                            failed.add(id(ev))
+                            await ctx.dlq(ev, exc, role)
+
+    @ctx.app.agent(src, name=name)
+    async def _router(stream: faust.StreamT) -> None:
+        stream.enable_acks = False  # acknowledged per poll, once its messages are sent
+        queue = getattr(stream.channel, "queue", None)
+        pending: list[faust.EventT] = []
+        async for event in stream.events():
+            pending.append(event)
+            if len(pending) < ROUTE_POLL_MAX and queue is not None and not queue.empty():
+                continue
+            taken, pending = pending, []
+            try:
+                await poll(taken)
+            finally:
+                for ev in taken:
+                    await stream.ack(ev)
 
 
 class WindowRole(Protocol):
@@ -585,7 +681,18 @@ def window_agent(
         key = (ev.message.key or b"").decode()
         st = state.get(key) or impl.new(key)
         for item in msg["items"]:
-            await impl.add(key, st, item, now)
+            # one item that fails (or comes late) goes to the DLQ alone: a message carries
+            # items of many records (route_batches)
+            token = _ITEM.set((item, now))
+            try:
+                await impl.add(key, st, item, now)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.exception("%s: window agent failed on an item", role)
+                await ctx.dlq(ev, exc, role, reason="handler-error", value=_item_value())
+            finally:
+                _ITEM.reset(token)
         # a window this input made closable closes now, not at the next tick (as the
         # in-memory driver does; the roles' processing-time bounds see the message's time)
         await impl.tick(key, st, now)
