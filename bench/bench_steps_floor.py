@@ -12,9 +12,10 @@
   L2 stragglers are compared with the project's.
 
 Project and floor alternate per repetition; medians are printed with the ratio. The heap
-is frozen after the setup (``gc.freeze()``, as :class:`argus.streams.app.Worker` does once
-started; ``--no-freeze``: not), so the cyclic collector walks what the runs allocate, not
-the simulated job and the modules.
+is frozen after the setup and the collector's thresholds set
+(:func:`argus.streams.app.freeze_heap`, as :class:`argus.streams.app.Worker` does once
+started; ``--no-freeze``: neither), so the cyclic collector walks what the runs allocate,
+not the simulated job and the modules, as often as in a worker.
 
     .venv/bin/python bench/bench_steps_floor.py --ranks 1024 --steps 12 --reps 3
 """
@@ -42,6 +43,7 @@ from argus.detectors.l2_batch import screen  # noqa: E402
 from argus.routing import Routing  # noqa: E402
 from argus.schemas.codec import Codec  # noqa: E402
 from argus.sim.simulate import SimRun, simulate  # noqa: E402
+from argus.streams.app import freeze_heap  # noqa: E402
 from argus.streams.memory import _MemoryCtx  # noqa: E402
 from argus.streams.pipeline_config import PipelineConfig  # noqa: E402
 from argus.streams.roles.steps import JobSteps, StepBlocks, route_step  # noqa: E402
@@ -227,8 +229,7 @@ def main() -> int:
     blobs = [codec.encode("step_record", r) for r in recs]
     width = PipelineConfig().l2_window_steps
     if not a.no_freeze:
-        gc.collect()
-        gc.freeze()
+        freeze_heap()  # as the worker, once started
     proj: list[dict[str, Any]] = []
     flo: list[dict[str, Any]] = []
     for _ in range(a.reps):
@@ -240,7 +241,7 @@ def main() -> int:
     pp, fp = proj[0]["pairs"], flo[0]["pairs"]
     print(
         f"ranks {a.ranks} block {a.block_ranks} steps {a.steps} reps {a.reps} "
-        f"load {os.getloadavg()[0]:.2f} frozen {gc.get_freeze_count()}\n"
+        f"load {os.getloadavg()[0]:.2f} frozen {gc.get_freeze_count()} gc {gc.get_threshold()}\n"
         f"project {p_us:.0f} us/record (job tier {j_ms:.1f} ms/step)  floor {f_us:.1f} us/record"
         f"  ratio {p_us / f_us:.1f}x\n"
         f"L2 straggler (rank, phase) pairs: project {len(pp)}, floor {len(fp)}, both {len(pp & fp)}"

@@ -648,7 +648,11 @@ def detect_stats(
     classes: dict[tuple[str, str, int, int | None], list[GroupStat]] = {}
     for g in stats:
         classes.setdefault(g.cls, []).append(g)
-    hosts_in = {id(g): {host(r) for r in g.members} for g in stats}
+    of: dict[int, set[str]] = {}  # a members tuple's id -> its hosts (a group's phases share it)
+    hosts_in = {
+        id(g): of.get(id(g.members)) or of.setdefault(id(g.members), {host(r) for r in g.members})
+        for g in stats
+    }
     inter = [g for g in stats if len(hosts_in[id(g)]) > 1]
     waits = _wait_classes(classes, cfg)
     # a pipeline group's summed receives are mostly waits: its ranks' receives replace them
@@ -662,7 +666,7 @@ def detect_stats(
             for hh in set().union(*(hosts_in[id(g)] for g in members if len(hosts_in[id(g)]) > 1)):
                 touched.setdefault(hh, []).append(key)
     maybe = _hosts_may_be_slow(classes, touched, hosts_in, cfg)
-    for h in sorted({host(r) for g in inter for r in g.members} & maybe):
+    for h in sorted(set().union(*(hosts_in[id(g)] for g in inter)) & maybe):
         ev: list[tuple[GroupStat, _Verdict]] = []
         failed = collective = False
         for key in touched.get(h, ()):

@@ -591,9 +591,11 @@ class JobSteps(_Tier):
             self.transfer.keep(job, m["step"], f"b{m['block']}", m.get("transfer") or [])
             s = str(m["step"])
             prev = st["agg"].get(s)
+            ranks = prev["ranks"] if prev else []
+            ranks += m["ranks"]  # the step's own list (made here), grown in place
             st["agg"][s] = JobStepAggregate(
                 **_fold(_aggregate(prev) if prev else None, m["agg"]),
-                ranks=(prev["ranks"] if prev else []) + m["ranks"],
+                ranks=ranks,
                 ids={**(prev["ids"] if prev else {}), **m.get("ids", {})},
                 incomplete=bool(prev and prev["incomplete"]) or m.get("incomplete", False),
                 l3_scopes=max(prev["l3_scopes"] if prev else 0, m.get("l3_scopes", 0)),
@@ -625,7 +627,7 @@ class JobSteps(_Tier):
             incomplete = c.incomplete or agg["incomplete"]
             announced.update(agg["ids"])
             done.append((c.step, agg["l3_scopes"]))
-            missing = [] if incomplete else sorted(set(range(world)) - set(agg["ranks"]))
+            missing = [] if incomplete else _missing(world, agg["ranks"])
             metrics.WINDOWS.labels(
                 "steps", "incomplete" if incomplete else "timeout" if missing else "complete"
             ).inc()
@@ -668,6 +670,15 @@ class JobSteps(_Tier):
         out = l1.detect(s, it, job=job, cfg=self.ctx.detectors.l1, start_ns=a, end_ns=b)
         metrics.DETECT_S.labels("L1").observe(time.perf_counter() - t0)
         return out
+
+
+def _missing(world: int, ranks: Sequence[int]) -> list[int]:
+    """The ranks of ``range(world)`` not in ``ranks``, ascending (a full step: none, found
+    without building the world's set)."""
+    seen = set(ranks)
+    if seen and len(seen) == world and min(seen) == 0 and max(seen) == world - 1:
+        return []
+    return sorted(set(range(world)) - seen)
 
 
 def _aggregate(a: JobStepAggregate) -> StepAggregate:
