@@ -43,6 +43,13 @@ DUPLICATES = Counter(
     registry=REGISTRY,
 )
 WINDOWS = Counter("argus_windows_closed", "Windows closed", ["role", "how"], registry=REGISTRY)
+ROUTER_POLL = Histogram(
+    "argus_router_poll_events",
+    "Events a router took into one poll (route_batches); their items leave as one message per key",
+    ["role"],
+    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
+    registry=REGISTRY,
+)
 MISSING = Counter(
     "argus_missing_ranks", "Ranks missing when a window timed out", ["role"], registry=REGISTRY
 )
