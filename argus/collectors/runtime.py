@@ -508,8 +508,9 @@ class Collector:
                 self._resolver.close()
             if self._follower is not None:
                 # a daemon thread: not waited for past a moment (with the broker away it
-                # sits in a metadata request of up to 5 s, and the job is exiting)
-                self._follower.close(timeout_s=0.25)
+                # sits in a metadata request of up to 5 s, with it in a 1 s poll, and the
+                # job is exiting; issue 19: the whole exit within 1 s)
+                self._follower.close(timeout_s=0.05)
         except Exception:
             self.errors += 1
         self._closed = True

@@ -441,3 +441,22 @@ def test_no_module_is_imported_after_start() -> None:
     assert out.returncode == 0, out.stderr[-2000:]
     imported = json.loads(out.stdout.strip().splitlines()[-1])
     assert imported == [], f"imported after start: {imported}"
+
+
+def test_a_backlog_is_worked_off_at_the_catch_up_pace() -> None:
+    """The delivery thread sleeps ``pace`` (8) times its work while the hand-over queue is
+    short, ``pace_catch_up`` (1) times while it is more than half full: a backlog is not
+    dropped for want of GIL time (issue 19)."""
+    prod = RecordProducer({"bootstrap.servers": f"127.0.0.1:{closed_port()}"}, max_pending=100)
+    try:
+        prod._stop.set()  # the delivery thread gone: the queue stays as filled here
+        prod._wake.set()
+        prod._thread.join(timeout=5)
+        assert (prod.pace, prod.pace_catch_up) == (8.0, 1.0)
+        assert prod.pace_now() == 8.0
+        with prod._lock:
+            prod._queue.extend([("t", b"k", "step_record", 1, b"")] * 50)
+        assert prod.pace_now() == 1.0
+    finally:
+        prod._queue.clear()
+        prod.close(0.1)
