@@ -537,6 +537,7 @@ Route = Callable[[faust.EventT], Awaitable[list[tuple[str, Any]] | None]]
 ROUTE_POLL_MAX = 512
 """Events a router takes into one poll at most (those already queued for it)."""
 _ROUTE_YIELDS = 4
+"""Turns of the event loop (no time) a poll gives the consumer to hand over more events."""
 REKEY_MESSAGE_BYTES = 256 * 1024
 """A re-key message carries items of several events up to about this many bytes of JSON
 (under the producer's 1 MB request limit); one event's items for a key always travel
@@ -666,8 +667,10 @@ def window_agent(
 ) -> Any:
     """A stateful agent over a re-key topic: one table entry per key (changelogged).
 
-    Returns the faust table. An exception in ``impl`` sends the event's bytes to the DLQ
-    and leaves that key's state as it was before the event.
+    Returns the faust table. An exception in ``impl.add`` sends that item alone to the DLQ
+    (a message ``{"items": [item], "t": ...}``) and the message's other items are folded as
+    usual (the roles check an item before they change the state); an exception in
+    ``impl.tick`` sends the message's bytes and leaves the key's state unwritten.
 
     Time: ``now`` is the *send* time of the message (routers stamp ``"t"``; ticks carry
     theirs), not the time it is processed. A tick is processed after everything sent to its
