@@ -669,7 +669,8 @@ def window_agent(
 
     Returns the faust table. An exception in ``impl.add`` sends that item alone to the DLQ
     (a message ``{"items": [item], "t": ...}``) and the message's other items are folded as
-    usual (the roles check an item before they change the state); an exception in
+    usual (the state keeps what the failed item had changed before it raised: one item's
+    worth, where it was one message's before routers sent polls); an exception in
     ``impl.tick`` sends the message's bytes and leaves the key's state unwritten.
 
     Time: ``now`` is the *send* time of the message (routers stamp ``"t"``; ticks carry
