@@ -24,6 +24,7 @@ Rank -> group ids and rank -> layout span are looked up in tables built once per
 from __future__ import annotations
 
 import base64
+import binascii
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain
@@ -711,37 +712,97 @@ def detect_batches(batches: Sequence[GroupBatch], cfg: L2Config | None = None) -
     return [f for _k, _g, fs in found for f in fs]
 
 
-def _b64(a: np.ndarray) -> str:
-    return base64.b64encode(np.ascontiguousarray(a, dtype="<f8").tobytes()).decode()
+_NA_U4 = 0xFFFFFFFF  # a missing time (NaN) among "u4" times
+
+
+def _times_bytes(t: np.ndarray) -> tuple[bytes, bool]:
+    """Times (ns, float64, NaN: missing) as bytes: ``"<u4"`` (NaN as :data:`_NA_U4`) when
+    every present value is a whole number, not negative (nor -0.0), below it - exact, half the bytes - else ``"<f8"``;
+    True: the former."""
+    nan = np.isnan(t)
+    u = np.where(nan, 0.0, t)
+    if not u.size or (
+        not np.signbit(u).any() and u.max() < _NA_U4 and np.array_equal(u, np.floor(u))
+    ):
+        return np.where(nan, _NA_U4, u).astype("<u4").tobytes(), True
+    return t.astype("<f8").tobytes(), False
+
+
+def batch_to_json(b: GroupBatch) -> dict[str, Any]:
+    """A batch as JSON: ``{"k", "gs", "r", "s", "p", "sk", "x"[, "u4"]}``: kind, ids, ranks
+    per group, steps, phases, stream kinds and one base64 buffer, little-endian: the (G,)
+    start and end ns (int64), the (G, R) ranks (int32, Avro's ``rank``), then the (G, R, S, P)
+    durations and (G, R, S) iteration times, as uint32 (``"u4": true``; NaN = 2**32 - 1)
+    when every present one is a whole number of ns below 2**32 - 1, else float64: one decode
+    a batch. The job is the key's. ``"gs"`` (a list) tells it from a single window
+    (:func:`argus.streams.step_digest.window_to_json`); an int ``"r"`` from the earlier
+    form (:func:`batch_from_json` reads both).
+    """
+    r = b.ranks.shape[1]
+    if b.ranks.size and (int(b.ranks.min()) < 0 or int(b.ranks.max()) >= 2**31):
+        raise DetectorInputError("ranks must be 0 <= rank < 2**31 (Avro int)")
+    times, u4 = _times_bytes(np.concatenate((b.durations_ns.ravel(), b.iter_ns.ravel())))
+    buf = b"".join(
+        (
+            np.ascontiguousarray(b.start_ns, dtype="<i8").tobytes(),
+            np.ascontiguousarray(b.end_ns, dtype="<i8").tobytes(),
+            np.ascontiguousarray(b.ranks, dtype="<i4").tobytes(),
+            times,
+        )
+    )
+    d: dict[str, Any] = {
+        "k": b.group_kind,
+        "gs": list(b.group_ids),
+        "r": r,
+        "s": b.steps.tolist(),
+        "p": list(b.phases),
+        "sk": list(b.stream_kinds),
+        "x": base64.b64encode(buf).decode(),
+    }
+    if u4:
+        d["u4"] = True
+    return d
+
+
+def batch_from_json(job: str, d: Mapping[str, Any]) -> GroupBatch:
+    """The inverse of :func:`batch_to_json` (no coords: a restored batch is judged, not
+    split again); the earlier form (``"r"`` the (G, R) ranks as lists, ``"a"``/``"b"`` lists,
+    ``"d"``/``"it"`` base64 float64) too."""
+    if not isinstance(d["r"], int):
+        return _batch_from_lists(job, d)
+    g, r, s, p = len(d["gs"]), d["r"], len(d["s"]), len(d["p"])
+    buf = binascii.a2b_base64(d["x"])
+    n = g * r
+    se = np.frombuffer(buf, "<i8", 2 * g).astype(np.int64)
+    ranks = np.frombuffer(buf, "<i4", n, offset=16 * g).astype(np.int64)
+    off = 16 * g + 4 * n
+    if d.get("u4"):
+        u = np.frombuffer(buf, "<u4", offset=off)
+        t = u.astype(np.float64)
+        t[u == _NA_U4] = np.nan
+    else:
+        t = np.frombuffer(buf, "<f8", offset=off).astype(np.float64)
+    return GroupBatch(
+        job=job,
+        group_kind=d["k"],
+        group_ids=tuple(d["gs"]),
+        ranks=ranks.reshape(g, r),
+        steps=np.asarray(d["s"], dtype=np.int64),
+        phases=tuple(d["p"]),
+        stream_kinds=tuple(d["sk"]),
+        durations_ns=t[: n * s * p].reshape(g, r, s, p),
+        iter_ns=t[n * s * p :].reshape(g, r, s),
+        start_ns=se[:g],
+        end_ns=se[g:],
+    )
 
 
 def _arr(s: str, shape: tuple[int, ...]) -> np.ndarray:
     return np.frombuffer(base64.b64decode(s), dtype="<f8").reshape(shape).copy()
 
 
-def batch_to_json(b: GroupBatch) -> dict[str, Any]:
-    """A batch as JSON: ``{"k", "gs", "r", "s", "p", "sk", "a", "b", "d", "it"}`` (kind, ids,
-    (G, R) ranks, steps, phases, stream kinds, (G,) start/end ns, the (G, R, S, P) durations
-    and (G, R, S) iteration times as base64 little-endian float64); the job is the key's.
-    ``"gs"`` (a list) tells it from a single window (:func:`argus.streams.step_digest.window_to_json`).
-    """
-    return {
-        "k": b.group_kind,
-        "gs": list(b.group_ids),
-        "r": b.ranks.tolist(),
-        "s": b.steps.tolist(),
-        "p": list(b.phases),
-        "sk": list(b.stream_kinds),
-        "a": b.start_ns.tolist(),
-        "b": b.end_ns.tolist(),
-        "d": _b64(b.durations_ns),
-        "it": _b64(b.iter_ns),
-    }
-
-
-def batch_from_json(job: str, d: Mapping[str, Any]) -> GroupBatch:
-    """The inverse of :func:`batch_to_json` (no coords: a restored batch is judged, not
-    split again)."""
+def _batch_from_lists(job: str, d: Mapping[str, Any]) -> GroupBatch:
+    """A batch of the form before one buffer (digests in flight, state from before)."""
     ranks = np.asarray(d["r"], dtype=np.int64).reshape(len(d["gs"]), -1)
     g, r = ranks.shape
     s, p = len(d["s"]), len(d["p"])

@@ -151,3 +151,60 @@ def test_cells_as_stored_equal_group_windows_and_receive_rows() -> None:
     bad = [*cells[:3], (*cells[3][:5], [("mlp", "compute", -1, 0)]), *cells[4:]]
     with pytest.raises(DetectorInputError, match="duration_ns -1"):
         cell_batches(bad, topo, job=job)
+
+
+def _old_json(b: Any) -> dict[str, Any]:
+    """A batch in the form before one buffer (lists and two base64 float64 arrays)."""
+    import base64
+
+    def b64(a: np.ndarray) -> str:
+        return base64.b64encode(np.ascontiguousarray(a, dtype="<f8").tobytes()).decode()
+
+    return {
+        "k": b.group_kind,
+        "gs": list(b.group_ids),
+        "r": b.ranks.tolist(),
+        "s": b.steps.tolist(),
+        "p": list(b.phases),
+        "sk": list(b.stream_kinds),
+        "a": b.start_ns.tolist(),
+        "b": b.end_ns.tolist(),
+        "d": b64(b.durations_ns),
+        "it": b64(b.iter_ns),
+    }
+
+
+@pytest.mark.parametrize(
+    "odd",
+    [None, 0.5, -3.0, -0.0, 2.0**32 - 1, 2.0**40, np.inf],
+    ids=["whole", "half", "negative", "minus-zero", "sentinel", "big", "inf"],
+)
+def test_json_round_trip_is_exact_and_reads_the_earlier_form(odd: float | None) -> None:
+    recs = [r for r in _steps("compute-straggler", 32, 2) if (r["step"], r["rank"]) != (1, 5)]
+    job = recs[0]["job"]
+    batches = group_batches(recs, Topology(Routing.default()), job=job)
+    if odd is not None:
+        batches[0].durations_ns[0, 0, 0, 0] = odd
+        batches[-1].iter_ns[-1, -1, -1] = odd
+    assert any(np.isnan(b.durations_ns).any() for b in batches)  # the missing step travels
+    assert len(batches) > 2
+    for i, b in enumerate(batches):
+        d = batch_to_json(b)
+        assert isinstance(d["r"], int)
+        whole = odd is None or 0 < i < len(batches) - 1  # whole ns: half the bytes
+        assert d.get("u4", False) is whole
+        for back in (batch_from_json(job, d), batch_from_json(job, _old_json(b))):
+            _assert_same(back.windows(), b.windows())
+            assert [np.signbit(x.durations_ns).sum() for x in back.windows()] == [
+                np.signbit(x.durations_ns).sum() for x in b.windows()
+            ]
+            assert back.durations_ns.dtype == np.float64 and back.durations_ns.flags.writeable
+            assert back.ranks.dtype == back.start_ns.dtype == np.int64
+
+
+def test_json_refuses_a_rank_past_avro_int() -> None:
+    recs = _steps("compute-straggler", 32, 1)
+    b = group_batches(recs, Topology(Routing.default()), job=recs[0]["job"])[0]
+    object.__setattr__(b, "ranks", b.ranks + 2**31)
+    with pytest.raises(DetectorInputError):
+        batch_to_json(b)
