@@ -47,6 +47,7 @@ __all__ = [
     "partition_of",
     "rekey_messages",
     "route_batches",
+    "run_polls",
     "window_agent",
 ]
 
@@ -626,27 +627,44 @@ def route_batches(
 
     @ctx.app.agent(src, name=name)
     async def _router(stream: faust.StreamT) -> None:
-        stream.enable_acks = False  # acknowledged per poll, once its messages are sent
-        queue = getattr(stream.channel, "queue", None)
-        pending: list[faust.EventT] = []
-        async for event in stream.events():
-            pending.append(event)
-            if len(pending) < ROUTE_POLL_MAX and queue is not None:
-                # a few turns of the loop, no time: faust's consumer hands a fetched batch
-                # over one message at a time (a task pair each, wait_first), so a poll that
-                # took only what was queued was ~1.4 events at 2,048 ranks
-                for _ in range(_ROUTE_YIELDS):
-                    if not queue.empty():
-                        break
-                    await asyncio.sleep(0)
+        # a few turns of the loop, no time: faust's consumer hands a fetched batch over one
+        # message at a time (a task pair each, wait_first), so a poll that took only what
+        # was queued was ~1.4 events at 2,048 ranks
+        await run_polls(stream, poll, max_events=ROUTE_POLL_MAX, yields=_ROUTE_YIELDS)
+
+
+async def run_polls(
+    stream: faust.StreamT,
+    handle: Callable[[list[faust.EventT]], Awaitable[None]],
+    *,
+    max_events: int,
+    yields: int = 0,
+) -> None:
+    """Feed ``stream``'s events to ``handle`` a poll at a time, then acknowledge them.
+
+    A poll is the events already queued for the agent (up to ``max_events``), after at most
+    ``yields`` turns of the event loop (no time) while the queue is empty: nothing waits for
+    input that has not arrived (faust's ``take()`` stalled low-volume agents). faust's
+    auto-ack is off: a poll's events are acknowledged once ``handle`` returned, so an offset
+    never commits before its event was handled."""
+    stream.enable_acks = False
+    queue = getattr(stream.channel, "queue", None)
+    pending: list[faust.EventT] = []
+    async for event in stream.events():
+        pending.append(event)
+        if len(pending) < max_events and queue is not None:
+            for _ in range(yields):
                 if not queue.empty():
-                    continue
-            taken, pending = pending, []
-            try:
-                await poll(taken)
-            finally:
-                for ev in taken:
-                    await stream.ack(ev)
+                    break
+                await asyncio.sleep(0)
+            if not queue.empty():
+                continue
+        taken, pending = pending, []
+        try:
+            await handle(taken)
+        finally:
+            for ev in taken:
+                await stream.ack(ev)
 
 
 class WindowRole(Protocol):

@@ -45,6 +45,7 @@ from argus.streams.app import (
     guarded,
     note_consumed,
     route_batches,
+    run_polls,
     window_agent,
 )
 from argus.streams.fidelity import check_batches
@@ -235,19 +236,7 @@ def register_compressor(ctx: Ctx) -> None:
         # acknowledge each as the next one is taken, before its summary was sent).
         # Nothing waits for more input (faust's take() stalled low-volume agents): a lone
         # record is compressed at once.
-        stream.enable_acks = False
-        queue = getattr(stream.channel, "queue", None)
-        pending: list[faust.EventT] = []
-        async for event in stream.events():
-            pending.append(event)
-            if len(pending) < _POLL_MAX and queue is not None and not queue.empty():
-                continue
-            taken, pending = pending, []
-            try:
-                await poll(taken)
-            finally:
-                for ev in taken:
-                    await stream.ack(ev)
+        await run_polls(stream, poll, max_events=_POLL_MAX)
 
     @ctx.app.timer(interval=2.0, name="compressor-fidelity")
     async def _fidelity_timer() -> None:
