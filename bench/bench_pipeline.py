@@ -10,11 +10,14 @@
    that triggered it); ``--runs`` pools runs, ``--kernels off`` drops L3 (the funnel then
    waits on the steps alone), ``--kernels both`` alternates run by run.
 2. **Sustained load** (``--load``): R ranks at 15 steps/min with 3,000 kernel events per
-   rank-step for ``--minutes``; consumer lag sampled every 10 s must not grow.
+   rank-step for ``--minutes``; consumer lag sampled every 10 s must not grow; the RSS of
+   each worker and the broker, 2nd third vs last third. ``--faulty`` adds a compute straggler
+   (its kernels slower too) and prints L2/L3 detection latency under that load.
 
     .venv/bin/python bench/bench_pipeline.py                      # latency, 64 ranks
     .venv/bin/python bench/bench_pipeline.py --runs 4 --kernels both
     .venv/bin/python bench/bench_pipeline.py --load --ranks 1024 --minutes 5
+    .venv/bin/python bench/bench_pipeline.py --load --ranks 4096 --minutes 30 --split 3 --faulty
 """
 
 from __future__ import annotations
@@ -194,14 +197,23 @@ def load(
     split: int = 2,
     linger_s: float = 0.01,
     steps_workers: int = 0,
+    faulty: bool = False,
 ) -> None:
     """R ranks at 15 steps/min, ``events`` kernel events per rank-step; lag must not grow.
 
     ``linger_s``: the workers' producer linger, s (0.01: the default; 0: every record sent at once).
     ``steps_workers`` > 0: step records only, into that many step-role processes of one
-    consumer group (how far one job's L1/L2 spreads over workers)."""
+    consumer group (how far one job's L1/L2 spreads over workers).
+    ``faulty``: from step 3 two adjacent DP replicas compute 8x slower (the simulator's
+    compute straggler) and the first of them runs every kernel 1.5x longer, so L2 and L3
+    find something in every window: their detection latency is measured as in
+    :func:`latency` (arrival on ``argus.anomalies`` minus the publish of the window's last
+    step; L3: of its block's last kernel batches), the issue's p95 bars (L2 <= 5 s, L3 <= 60 s).
+    """
     from argus.schemas import Codec
+    from argus.schemas.arrays import pack, unpack
     from argus.sim.layout import Layout
+    from argus.sim.scenarios import build
     from argus.streams import synth
 
     env = {**LOAD_ENV, "ARGUS_STREAMS__PRODUCER_LINGER_S": str(linger_s)}  # 4 partitions
@@ -210,9 +222,13 @@ def load(
     s, prefix, workers, broker_pid = st.settings, st.prefix, st.workers, st.broker_pid
     tmp = st.log_dir
     lay = Layout.for_ranks(ranks)
-    run = SimRun.make(
-        "healthy", layout=lay, steps=10_000, seed=3, job=f"load-{ranks}", kernels=False
-    )
+    if faulty:  # the straggler's onset at step 3 (a 12-step scenario's), the run as long as any
+        sc = build("compute-straggler", lay, 12, 3)
+        run = SimRun(sc, lay, 10_000, 3, f"load-{ranks}", False, 1)
+    else:
+        run = SimRun.make(
+            "healthy", layout=lay, steps=10_000, seed=3, job=f"load-{ranks}", kernels=False
+        )
     steps_iter = simulate(run)
     mix = synth.default_mix(0)
     rng = np.random.default_rng(0)
@@ -222,6 +238,21 @@ def load(
         )
         for r in range(0 if steps_workers else lay.world)
     ]
+    slow = int(run.truth.ranks[0]) if faulty and base else None
+    if slow is not None:  # every kernel of the straggler 1.5x longer
+        d = unpack(base[slow]["duration_ns"], "int64")
+        base[slow] = dict(base[slow], duration_ns=pack((d * 1.5).astype(np.int64), "int64"))
+    arrivals: list[tuple[str, int, float]] = []  # (level, window_end_step, arrival time)
+    lock = threading.Lock()
+
+    def on_record(_suffix: str, _key: str, rec: dict[str, Any]) -> None:
+        with lock:
+            arrivals.append((str(rec["level"]), int(rec["window_end_step"]), time.time()))
+
+    watch = Watcher(s, ["anomalies"], prefix=prefix, on_record=on_record) if faulty else None
+    published: dict[int, float] = {}  # step -> its step records published
+    published_k: dict[int, float] = {}  # step -> its kernel batches published
+    rss: list[list[float]] = []  # per sample: each worker's and the broker's RSS, MB
     codec = Codec()
     prod = load_producer(s)
     time.sleep(8)
@@ -237,6 +268,7 @@ def load(
     for step in range(n_steps):
         t_step = t_start + step * period
         pending, _, _ = publish_steps(prod, codec, prefix, steps_iter, pending, step)
+        published[step] = time.time()
         for r, b in enumerate(base):
             rec = dict(
                 b,
@@ -248,7 +280,10 @@ def load(
             bytes_k += len(v)
             produce(prod, f"{prefix}.raw.kernels", f"{run.job}/{r}".encode(), v)
             prod.poll(0)
+        published_k[step] = time.time()
         if step % 3 == 0:
+            pids = [w.proc.pid for w in workers if w.proc] + ([broker_pid] if broker_pid else [])
+            rss.append([_rss_mb(p) for p in pids])
             if steps_workers:  # which processes close job steps and block steps
                 closed = [
                     (
@@ -304,6 +339,8 @@ def load(
     )
     for w in workers:
         w.stop()
+    if watch is not None:
+        watch.close()
     delete_prefixed(s, prefix)  # wire, re-key and changelog topics
     n_ev = n_steps * lay.world * events
     print(
@@ -324,8 +361,41 @@ def load(
         f"  consumer lag (messages), mean first half {first:.0f}, second half {last:.0f}, "
         f"10 s after the end: steps {final[0]:.0f}, kernels {final[1]:.0f}"
     )
+    if len(rss) >= 3:  # as the soak: the first third is the warm-up
+        a, b = rss[len(rss) // 3 : 2 * len(rss) // 3], rss[2 * len(rss) // 3 :]
+        names = [" ".join(w.roles) for w in workers if w.proc] + ["broker"] * bool(broker_pid)
+        for i, name in enumerate(names):
+            m2, m3 = np.mean([x[i] for x in a]), np.mean([x[i] for x in b])
+            print(
+                f"  RSS {name}: 2nd third {m2:.0f} MB, last third {m3:.0f} MB ({m3 / m2 - 1:+.1%})"
+            )
+    if faulty:
+        by: dict[str, list[float]] = {"L2": [], "L3": []}
+        first: set[tuple[str, int]] = set()
+        for level, end, t in arrivals:
+            ref = (published if level == "L2" else published_k).get(end)
+            if level in by and ref is not None and (level, end) not in first:
+                first.add((level, end))
+                by[level].append(t - ref)
+        for level, bar in (("L2", 5.0), ("L3", 60.0)):
+            v = by[level]
+            print(
+                f"  {level} latency: n={len(v)} p50={_pct(v, 50):.2f} s p95={_pct(v, 95):.2f} s"
+                f" max={max(v, default=float('nan')):.2f} s (bar p95 <= {bar:g} s)"
+            )
     if profile:
         print(f"  profiles: {tmp}/*.prof (py-spy raw)")
+
+
+def _rss_mb(pid: int) -> float:
+    """Resident memory of a process, MB (0 when it is gone)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
 
 
 def main() -> None:
@@ -366,6 +436,12 @@ def main() -> None:
         default=0.01,
         help="workers' producer linger, s (--load; 0.01 = the pipeline's default, 0 = send at once)",
     )
+    ap.add_argument(
+        "--faulty",
+        action="store_true",
+        help="--load with a compute straggler (and its kernels 1.5x slower) from step 3:"
+        " prints L2 and L3 detection latency",
+    )
     args = ap.parse_args()
     if args.load:
         load(
@@ -376,6 +452,7 @@ def main() -> None:
             args.split,
             args.linger,
             args.steps_workers,
+            args.faulty,
         )
     else:
         kern = {"on": (True,), "off": (False,), "both": (True, False)}[args.kernels]
