@@ -13,7 +13,8 @@ i.e. steady state), Avro-encoded as the collectors send them. Per round, on the 
 * **batched**: what the compressor agent does per poll, without Kafka: decode, validate
   (``Checker.kernel_batch_columns``) and merge parts (``PartAssembler``) each record, compress
   the poll's windows in one ``SummarizedBatches`` call (given the columns the check unpacked),
-  then build and encode each summary;
+  then encode each summary (``SummarizedBatches.encoded``; older trees: ``record`` and
+  ``Codec.encode``);
 * **one at a time**: the same with a poll of one record (the agent before issue 21: one
   ``summarize_many`` per record).
 
@@ -131,9 +132,14 @@ class Compressor:
         out = 0
         for i, b in enumerate(wholes):
             known = self.announced.setdefault(f"{b['job']}/{b['rank']}", set())
-            rec = done.record(i, announced=known)
-            known.update(int(n["id"]) for n in rec["kernel_names"])
-            out += len(self.codec.encode("kernel_summary", rec))
+            if hasattr(done, "encoded"):  # the agent's path
+                data, named = done.encoded(i, self.codec, announced=known)
+                known.update(named)
+            else:  # older trees: the record, then fastavro
+                rec = done.record(i, announced=known)
+                known.update(int(n["id"]) for n in rec["kernel_names"])
+                data = self.codec.encode("kernel_summary", rec)
+            out += len(data)
         return out
 
     def poll_each(self, raws: list[bytes]) -> int:

@@ -30,7 +30,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 
@@ -218,6 +218,96 @@ def summarize_batches(
     return [done.record(i, announced=ann[i]) for i in range(len(done))]
 
 
+_I64 = 1 << 63
+_VARINT1 = [bytes([z]) for z in range(128)]
+
+
+def _long(n: int) -> bytes:
+    """Avro ``long``/``int`` (zig-zag varint) of ``n`` (-2**63 <= n < 2**63)."""
+    z = (n << 1) ^ (n >> 63)
+    if z < 128:
+        return _VARINT1[z]
+    out = bytearray()
+    while z >= 128:
+        out.append((z & 127) | 128)
+        z >>= 7
+    out.append(z)
+    return bytes(out)
+
+
+def _is_long(v: object) -> TypeGuard[int]:
+    return type(v) is int and -_I64 <= v < _I64
+
+
+def _string(s: str) -> bytes:
+    b = s.encode()
+    return _long(len(b)) + b
+
+
+_COORDS = (
+    ("dp_rank", 0), ("dp_size", 1), ("tp_rank", 0), ("tp_size", 1), ("pp_rank", 0),
+    ("pp_size", 1), ("ep_rank", 0), ("ep_size", 1), ("cp_rank", 0), ("cp_size", 1),
+)  # fmt: skip
+
+
+def _coords_body(coords: Any) -> bytes | None:
+    """The ``Coords`` record's Avro body (absent fields take the schema's defaults), or None
+    when a value is not an int (the caller falls back to fastavro, which says why)."""
+    if not isinstance(coords, Mapping):
+        return None
+    vals = [coords.get(k, dv) for k, dv in _COORDS]
+    if not all(_is_long(v) for v in vals):
+        return None
+    return b"".join(_long(v) for v in vals)
+
+
+def _streams_body(streams: Any) -> bytes | None:
+    """The ``streams`` array's Avro body (one block), or None when it is not a list of
+    ``{id: int, kind: str, label: str}``."""
+    if not isinstance(streams, list):
+        return None
+    if not streams:
+        return b"\x00"
+    out = [_long(len(streams))]
+    for st in streams:
+        if not isinstance(st, Mapping):
+            return None
+        sid, kind, label = st.get("id"), st.get("kind"), st.get("label", "")
+        if not (_is_long(sid) and type(kind) is str and type(label) is str):
+            return None
+        out += (_long(sid), _string(kind), _string(label))
+    out.append(b"\x00")
+    return b"".join(out)
+
+
+#: (job, rank) -> (coords, streams, their Avro bodies): a rank's windows repeat them
+_RANKS: dict[tuple[Any, Any], tuple[Any, Any, tuple[bytes, bytes, bytes]]] = {}
+_RANKS_MAX = 1 << 16
+
+
+def _rank_parts(batch: Mapping[str, Any]) -> tuple[bytes, bytes, bytes] | None:
+    """Avro bodies of a window's ``job`` + ``rank``, ``coords`` and ``streams`` (as
+    :meth:`SummarizedBatches.record` copies them), cached per (job, rank) while its coords and
+    streams stay equal; None for a field the fast writer does not take (fastavro then
+    encodes the record, and raises what it raises)."""
+    job, rank = batch.get("job"), batch.get("rank")
+    coords, streams = batch.get("coords") or {}, batch.get("streams") or []
+    key = (job, rank)
+    hit = _RANKS.get(key)
+    if hit is not None and hit[0] == coords and hit[1] == streams:
+        return hit[2]
+    if type(job) is not str or not _is_long(rank):
+        return None
+    cb, sb = _coords_body(coords), _streams_body(streams)
+    if cb is None or sb is None:
+        return None
+    parts = (_string(job) + _long(rank), cb, sb)
+    if len(_RANKS) >= _RANKS_MAX:
+        _RANKS.clear()
+    _RANKS[key] = (dict(coords), [dict(x) for x in streams], parts)
+    return parts
+
+
 def _numbering(slot: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
     """The distinct values of ``slot`` (n,) in ``[0, size)``, increasing; when ``size`` is
     too large for a lookup table, each entry's index among them (else None); and how many
@@ -384,6 +474,8 @@ class SummarizedBatches:
         self.first = many.group_first.tolist()
         self.bg = block_groups.tolist()
         self.rejected = rejected
+        self._method_levels = _method_levels_body(self.method, self.levels)
+        self._mv: tuple[Any, ...] | None = None
 
     def __len__(self) -> int:
         return len(self.batches)
@@ -429,6 +521,109 @@ class SummarizedBatches:
             "n_events": int(self.n_cum[g1] - self.n_cum[g0]),
             "rejected": int(self.rejected[i]),
         }
+
+    def encoded(
+        self, i: int, codec: Any, *, announced: set[int] | None = None
+    ) -> tuple[bytes, list[int]]:
+        """Record i's ``kernel_summary`` framed and encoded: the bytes of
+        ``codec.encode("kernel_summary", self.record(i, announced=announced))``, and the
+        kernel ids whose names it carries (add them to ``announced`` once delivered).
+
+        Written here without the dict: the rank's constant parts (job, rank, coords, streams)
+        cached while they repeat, the columns straight from the poll's arrays. A field the
+        writer does not take (not an int or a str) goes through ``codec.encode``, which
+        raises what it raises (``EncodeError``).
+        """
+        if self._parts:
+            p = bisect.bisect_right(self._part_first, i) - 1
+            return self._parts[p].encoded(i - self._part_first[p], codec, announced=announced)
+        batch = self.batches[i]
+        g0, g1 = self.bg[i], self.bg[i + 1]
+        c0, c1 = self.first[g0], self.first[g1]
+        used = self.gk_all[g0:g1][self.gk_first[g0:g1]].tolist()
+        if announced is None:
+            new = used
+        elif announced.issuperset(used):
+            new = []
+        else:
+            new = [k for k in used if k not in announced]
+        rp = _rank_parts(batch)
+        w, t0, t1 = batch.get("window_id"), batch.get("window_start_ns"), batch.get("window_end_ns")
+        names = _names_body(new, self.names[i]) if new else b"\x00"
+        if rp is None or names is None or not (_is_long(w) and _is_long(t0) and _is_long(t1)):
+            return codec.encode("kernel_summary", self.record(i, announced=announced)), new
+        if self._mv is None:
+            self._mv = self._views()
+        gk, gs, gc, cc, q, off, q_item, off_item = self._mv
+        ng, nc = g1 - g0, c1 - c0
+        nq, no = nc * q_item, nc * off_item
+        return (
+            b"".join(
+                (
+                    codec.header("kernel_summary"),
+                    rp[0],
+                    _long(w),
+                    _long(t0),
+                    _long(t1),
+                    rp[1],
+                    self._method_levels,
+                    names,
+                    _long(4 * ng),
+                    gk[4 * g0 : 4 * g1],
+                    _long(4 * ng),
+                    gs[4 * g0 : 4 * g1],
+                    _long(ng),
+                    gc[g0:g1],
+                    _long(4 * nc),
+                    cc[4 * c0 : 4 * c1],
+                    _long(nq),
+                    q[c0 * q_item : c0 * q_item + nq],
+                    b"\x00",  # extra
+                    _long(int(self.n_cum[g1] - self.n_cum[g0])),
+                    _long(int(self.rejected[i])),
+                    rp[2],
+                    _long(no),
+                    off[c0 * off_item : c0 * off_item + no],
+                )
+            ),
+            new,
+        )
+
+    def _views(self) -> tuple[Any, ...]:
+        """The poll's columns as bytes (a record's are slices of them), and the bytes per cluster of the quantiles and
+        of the log offsets."""
+        off = self.off_all if self.off_all is not None else np.zeros(0, "<i2")
+        views = tuple(
+            a.tobytes()
+            for a in (self.gk_all, self.gs_all, self.gc_all, self.cc_all, self.q_all, off)
+        )
+        n_levels = len(self.levels)
+        q_item = 4 if self.off_all is not None else 4 * n_levels
+        off_item = 2 * (n_levels - 1) if self.off_all is not None else 0
+        return (*views, q_item, off_item)
+
+
+def _names_body(ids: list[int], names: list[str]) -> bytes | None:
+    """The ``kernel_names`` array's Avro body for ``ids`` (names from the record's
+    dictionary), or None when a name is not a str."""
+    by_id = dict(zip(_kids(names), names, strict=True))
+    out = [_long(len(ids))]
+    for k in ids:
+        name = by_id[k]
+        if type(name) is not str:
+            return None
+        out += (_long(k), _string(name))
+    out.append(b"\x00")
+    return b"".join(out)
+
+
+@lru_cache(maxsize=64)
+def _method_levels_body(method: str, levels: tuple[float, ...]) -> bytes:
+    """Avro body of ``method`` and ``quantile_levels`` (one block of doubles)."""
+    body = _string(method)
+    if levels:
+        body += _long(len(levels)) + np.asarray(levels, "<f8").tobytes()
+    return body + b"\x00"
 
 
 @lru_cache(maxsize=64)

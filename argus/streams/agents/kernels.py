@@ -173,9 +173,11 @@ def register_compressor(ctx: Ctx) -> None:
             announced.pop(who, None)
             since[who] = 0
         known = announced.setdefault(who, set())
-        rec = done.record(i, announced=known)
-        known.update(int(n["id"]) for n in rec["kernel_names"])
-        data = ctx.codec.encode("kernel_summary", rec)
+        job, w = batch["job"], int(batch["window_id"])
+        # the record itself only for a window the fidelity check may sample
+        rec = done.record(i, announced=known) if w % ctx.pcfg.fidelity_every == 0 else None
+        data, named = done.encoded(i, ctx.codec, announced=known)  # = encode(record(i))
+        known.update(named)
         # on the raw record's partition number: the summaries of one raw partition
         # stay together, so L3's per-partition watermark sees the compressor's own
         # catch-up skew between raw partitions (keys would hash them elsewhere)
@@ -184,13 +186,11 @@ def register_compressor(ctx: Ctx) -> None:
         records_out.inc()
         raw = event.message.value or b""
         raw_bytes = len(raw) * int(piece.get("parts", 1))  # ~: parts are near one size
-        job = batch["job"]
         gauge = ratio_of.get(job)
         if gauge is None:
             gauge = ratio_of[job] = metrics.COMPRESSION.labels(job)
         gauge.set(raw_bytes / max(len(data), 1))
-        w = int(batch["window_id"])
-        if w % ctx.pcfg.fidelity_every == 0 and (job, w) not in checked:
+        if rec is not None and (job, w) not in checked:
             s = sample.setdefault((job, w), {"t0": time.time(), "batches": [], "summaries": []})
             s["batches"].append(batch)
             s["summaries"].append(rec)
