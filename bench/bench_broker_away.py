@@ -24,7 +24,8 @@ so a neighbour's load on the shared machine touches both. Figures: BENCHMARKS.md
 * ``--hidden N``: the MLP's width (512: ~1.4 ms a step alone; 8192: ~25 ms of CPU, nearer a
   real step of 100 ms-10 s); ``--before-tree DIR``: one more away child per round importing
   argus from DIR (``git archive <commit> argus | tar -x -C DIR``), the before/after pair in
-  one run; ``--compare-pace P``: one more away child with the producer's ``pace`` P.
+  one run; ``--compare-pace P``: one more away child with the producer's ``pace`` P
+  (``--pace``: the away children's pace; by default the collectors' own).
 * Each away child traces what the collectors did beside the loop (:class:`Trace`: gc on the
   training thread, the delivery thread's drains and polls, log lines, kernel windows); a row
   lists the worst steps (wall and CPU) with it, and the steps a drain overlapped against the
@@ -56,7 +57,13 @@ def _closed_port() -> int:
 
 
 def child(
-    mode: str, steps: int, heap: int, port: int, churn: int, hidden: int, pace: float
+    mode: str,
+    steps: int,
+    heap: int,
+    port: int,
+    churn: int,
+    hidden: int,
+    pace: float | None,
 ) -> None:
     """One training loop; prints one JSON line of results (and ``EXIT`` before shutdown)."""
     import torch
@@ -97,7 +104,8 @@ def child(
             kernels_backend="cpu_ops",
             stacks=False,
         )
-        col.producer.pace = pace
+        if pace is not None:  # else the collectors' default
+            col.producer.pace = pace
         trace.attach(col, main)
     gc.collect()
     gc.callbacks.append(on_gc)
@@ -135,6 +143,7 @@ def child(
     if col is not None:
         p = col.producer
         out.update(dropped=p.dropped_records, queue_depth=p.queue_depth, errors=p.errors)
+        out.update(pace=p.pace)
     del state
     print(json.dumps(out), flush=True)
     print("EXIT", flush=True)
@@ -250,10 +259,17 @@ def _pct(vals: list[float], q: float) -> float:
 
 
 def run_child(
-    mode: str, steps: int, heap: int, churn: int, hidden: int, pace: float, root: Path = ROOT
+    mode: str,
+    steps: int,
+    heap: int,
+    churn: int,
+    hidden: int,
+    pace: float | None,
+    root: Path = ROOT,
 ) -> dict[str, Any]:
     cmd = [sys.executable, __file__, "--child", mode, "--steps", str(steps), "--heap", str(heap)]
-    cmd += ["--churn", str(churn), "--hidden", str(hidden), "--pace", str(pace)]
+    cmd += ["--churn", str(churn), "--hidden", str(hidden)]
+    cmd += [] if pace is None else ["--pace", str(pace)]
     cmd += ["--port", str(_closed_port())]
     env = {**os.environ, "PYTHONPATH": str(root)}  # whose argus the child imports
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
@@ -283,7 +299,11 @@ def main() -> None:
     ap.add_argument("--child", choices=("off", "away"))
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--hidden", type=int, default=512, help="MLP width (512: ~1.4 ms a step)")
-    ap.add_argument("--pace", type=float, default=3.0, help="producer pace (0: none)")
+    ap.add_argument(
+        "--pace",
+        type=float,
+        help="the away children's producer pace (0: none; default: the collectors')",
+    )
     ap.add_argument(
         "--compare-pace", type=float, help="also run an away child with this pace, each round"
     )
@@ -352,6 +372,7 @@ def _row(r: int, name: str, off: dict[str, Any], away: dict[str, Any], a: Any) -
     row = {
         "round": r,
         "away": name,
+        "pace": away.get("pace"),
         "hidden": a.hidden,
         "off_p50_ms": _pct(off["steps_ms"], 0.5),
         "off_p99_ms": p99,
