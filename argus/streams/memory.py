@@ -123,6 +123,7 @@ class _Engine:
         if self.funnel is not None:
             self.funnel.on_window = lambda a, b, out: self.windows.append((a, b, out))
         self.state: dict[tuple[str, str], Any] = {}
+        self.restarts = False  # whether the driver restarts the roles between records
         self.now = 0.0  # the funnel's processing clock: only its idle rule reads it
 
     def restart(self) -> None:
@@ -150,11 +151,20 @@ class _Engine:
             await self.blocks.add(key, self._st(self.blocks, "blocks", key), item, self.now)
         await self.pump()
 
-    async def summary(self, rec: Mapping[str, Any]) -> None:
-        value = self.ctx.codec.encode("kernel_summary", dict(rec))
+    async def summary(self, rec: Mapping[str, Any], *, own: bool = False) -> None:
+        """Route one ``kernel_summary`` to its scope. ``own``: one this engine's compressor
+        made (:func:`batches_summaries`), handed to the role as its columns without the Avro
+        encode a live compressor sends: the block reads those columns, never the cell, so
+        the cell holds no bytes unless a restart (``restart_every``, which loses the
+        columns with the process memory) may need them. The encode is what validates a
+        record given from outside against the schema; the compressor's own records are
+        the ones the live compressor encodes, complete by construction."""
+        lazy = own and not self.restarts
+        value = b"" if lazy else self.ctx.codec.encode("kernel_summary", dict(rec))
         for key, item in route_summary(rec, value, self.routing):
             await self.l3.add(key, self._st(self.l3, "l3", key), item, self.now, rec)
-        await self.pump()
+        if self.ctx.queue:
+            await self.pump()
 
     async def pump(self) -> None:
         """Deliver what the roles sent to each other, in order."""
@@ -247,12 +257,15 @@ def run_engine(
     ctx = _MemoryCtx(detectors or DetectorsConfig(), pcfg or PipelineConfig())
     whole, incomplete = _whole_windows(kernel_batches)
     ctx.rejected.extend(str(w.error()) for w in incomplete)
-    summaries = batches_summaries(whole) + [dict(s) for s in kernel_summaries]
+    made = batches_summaries(whole)
+    summaries = made + [dict(s) for s in kernel_summaries]
     eng = _Engine(ctx, funnel=funnel)
+    eng.restarts = restart_every > 0
+    own = {id(s) for s in made}
 
     async def go() -> None:
         for i, (_, kind, rec) in enumerate(_event_order(steps, summaries), 1):
-            await (eng.step(rec) if kind == "step" else eng.summary(rec))
+            await (eng.step(rec) if kind == "step" else eng.summary(rec, own=id(rec) in own))
             if restart_every and i % restart_every == 0:
                 eng.restart()
         await eng.finish()
