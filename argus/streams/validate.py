@@ -103,6 +103,7 @@ REASONS = (
     "step-skew",
 )
 DIMS = ("dp", "tp", "pp", "ep", "cp")
+_DIM_KEYS = tuple((d, f"{d}_size", f"{d}_rank") for d in DIMS)
 _NS = 1_000_000_000
 
 
@@ -138,8 +139,8 @@ def world_size(coords: Any, limits: Limits) -> int:
     if not isinstance(coords, Mapping):
         raise InputError("bad-coords", f"coords must be a record, got {type(coords).__name__}")
     world = 1
-    for d in DIMS:
-        size, rank = coords.get(f"{d}_size", 1), coords.get(f"{d}_rank", 0)
+    for d, size_key, rank_key in _DIM_KEYS:
+        size, rank = coords.get(size_key, 1), coords.get(rank_key, 0)
         if not isinstance(size, int) or not isinstance(rank, int):
             raise InputError("bad-coords", f"coords.{d}_size/{d}_rank must be ints")
         if size < 1:
@@ -248,7 +249,7 @@ def validate_kernel_batch_columns(batch: Mapping[str, Any], limits: Limits) -> B
     if n == 0:
         raise InputError("empty", "kernel_batch has no kernel events")
     cols = batch_columns(batch)  # BatchError on inconsistent columns
-    hi = int(cols[3].max())
+    hi = int(np.maximum.reduce(cols[3]))
     if hi > limits.max_duration_s * _NS:
         raise InputError(
             "bad-duration",

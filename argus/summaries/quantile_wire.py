@@ -84,13 +84,18 @@ def encode_log16(q_ns: np.ndarray, levels: np.ndarray) -> tuple[np.ndarray, np.n
     q = np.asarray(q_ns, dtype=np.float64)
     j = median_index(levels)
     med = q[:, j].astype(np.float32)
-    rest = q[:, _others(q.shape[1], j)]  # every column but the median's
-    ratio = (
-        np.log(np.maximum(rest, np.finfo(np.float64).tiny))
-        - np.log(np.maximum(med.astype(np.float64), np.finfo(np.float64).tiny))[:, None]
-    )
-    k = np.clip(np.rint(ratio * LOG16_STEPS_PER_UNIT), _I16.min, _I16.max).astype(np.int16)
-    return med, k
+    tiny = np.finfo(np.float64).tiny
+    log_med = np.maximum(med.astype(np.float64), tiny)
+    np.log(log_med, out=log_med)
+    # every column but the median's (a copy), then in place: ln(q / median) in steps
+    ratio = q[:, _others(q.shape[1], j)]
+    np.maximum(ratio, tiny, out=ratio)
+    np.log(ratio, out=ratio)
+    ratio -= log_med[:, None]
+    ratio *= LOG16_STEPS_PER_UNIT
+    np.rint(ratio, out=ratio)
+    np.clip(ratio, _I16.min, _I16.max, out=ratio)
+    return med, ratio.astype(np.int16)
 
 
 @functools.lru_cache(maxsize=64)
