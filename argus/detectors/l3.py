@@ -51,6 +51,8 @@ __all__ = [
     "iqr_fence",
     "pairwise_w1",
     "score_ranks",
+    "screen_groups",
+    "screen_ranks",
     "slow_together_p",
     "w1_to",
 ]
@@ -338,6 +340,97 @@ def score_ranks(
         n_tests=n_tests,
         tail_gate=tail_gate,
     )
+
+
+# A stacked screen computes the same statistics as the per-cell functions with other
+# summation orders (rounding ~1e-16 relative); it lets a cell through when it is within this
+# relative margin of naming anything, so it never drops a cell the per-cell path would flag.
+_SCREEN_TOL = 1e-9
+
+
+def screen_ranks(
+    q: np.ndarray, min_rel_w1: np.ndarray, level: np.ndarray, cfg: L3Config | None = None
+) -> np.ndarray:
+    """Which of C same-size groups :func:`score_ranks` may name a rank in, in one stacked pass.
+
+    Parameters
+    ----------
+    q : (C, R, M) float
+        Quantile functions of the C groups' ranks at uniform-weight levels, ns; all finite.
+    min_rel_w1 : (C,) float
+        Each group's ``min_rel_w1`` (the collective kernels' is ``min_rel_w1_comm``).
+    level : (C,) float
+        Each group's per-test level ``rank_alpha / n_tests``.
+    cfg : L3Config
+
+    Returns
+    -------
+    (C,) bool
+        False only where ``score_ranks(q[c], ...)`` flags no rank, with a margin of
+        ``_SCREEN_TOL`` of the scores on every comparison (reference, W1, IQR fence,
+        effect-size gates and the :func:`exceedance_p` test, the latter bounded over the
+        ranks whose membership of the upper half the rounding could change); True: judge
+        the group with :func:`score_ranks`.
+    """
+    cfg = cfg or L3Config()
+    c, r, _ = q.shape
+    if c == 0 or r < cfg.min_ranks:
+        return np.zeros(c, dtype=bool)
+    ref = np.median(q, axis=1)
+    s = np.abs(q - ref[:, None, :]).mean(axis=2)  # (C, R) W1 to the reference, ns
+    scale = np.abs(ref.mean(axis=1))
+    tol = _SCREEN_TOL * (s.max(axis=1) + scale)[:, None]
+    q1, q3 = np.percentile(s, [25.0, 75.0], axis=1)
+    fence = (q3 + cfg.iqr_alpha * (q3 - q1))[:, None]
+    med = np.median(s, axis=1)[:, None]
+    may = (
+        (s > fence - (2.0 + 2.0 * cfg.iqr_alpha) * tol)
+        & (s >= (min_rel_w1 * scale)[:, None] - tol)
+        & (s >= cfg.min_median_ratio * med - tol)
+    )
+    if r >= cfg.rank_test_min_ranks:
+        # exceedance_p's p = 1/2 (1 - e / E) ** m over the upper half, bounded from below
+        d = 3.0 * tol
+        maybe_upper = s >= med - d
+        sure_upper = s >= med + d
+        m_hi = maybe_upper.sum(axis=1, keepdims=True) - 1
+        e_lo = np.where(sure_upper, s - med - d, 0.0).sum(axis=1, keepdims=True)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            f_hi = np.where(e_lo > 0, np.clip((s - med + d) / e_lo, 0.0, 1.0), 1.0)
+        p_lo = 0.5 * (1.0 - f_hi) ** m_hi
+        may &= maybe_upper & (p_lo <= level[:, None] * (1.0 + _SCREEN_TOL)) | (
+            level[:, None] >= 0.5
+        )
+    out: np.ndarray = may.any(axis=1)
+    return out
+
+
+def screen_groups(q: np.ndarray, min_rel_w1: np.ndarray) -> np.ndarray:
+    """Which of C comparisons of equal groups :func:`compare_groups` may flag a group in.
+
+    Parameters
+    ----------
+    q : (C, G, n, M) float
+        Quantile functions of C comparisons of G groups of n ranks each, uniform-weight
+        levels, ns; all finite.
+    min_rel_w1 : (C,) float
+
+    Returns
+    -------
+    (C,) bool
+        False only where no group's slowdown reaches the effect-size gate (its candidates,
+        ``shifts >= min_rel_w1 * |mean(reference)|``, with a margin of ``_SCREEN_TOL``), so
+        ``compare_groups`` flags none; True: compare the groups with :func:`compare_groups`.
+    """
+    if q.shape[0] == 0:
+        return np.zeros(0, dtype=bool)
+    refs = np.median(q, axis=2)  # (C, G, M)
+    ref = np.median(refs, axis=1)  # (C, M)
+    shifts = (refs - ref[:, None, :]).mean(axis=2)  # (C, G), ns
+    scale = np.abs(ref.mean(axis=1))
+    tol = _SCREEN_TOL * (np.abs(refs - ref[:, None, :]).mean(axis=2).max(axis=1) + scale)
+    out: np.ndarray = (shifts >= (min_rel_w1 * scale - tol)[:, None]).any(axis=1)
+    return out
 
 
 @dataclass(frozen=True)

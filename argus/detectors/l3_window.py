@@ -31,7 +31,7 @@ from scipy.special import ndtri
 
 from argus.detectors.config import L3Config
 from argus.detectors.findings import Finding
-from argus.detectors.l3 import compare_groups, score_ranks
+from argus.detectors.l3 import compare_groups, score_ranks, screen_groups, screen_ranks
 from argus.routing import Routing
 from argus.summaries import (
     BatchError,
@@ -43,6 +43,7 @@ from argus.summaries import (
     mixture_quantile_rows,
     summary_columns,
 )
+from argus.summaries.lognormal import mixture_quantile_cells
 from argus.summaries.quantile_wire import decode_log16, median_index
 
 __all__ = [
@@ -427,6 +428,7 @@ def detect_window(
     routing: Routing | None = None,
     scope_kind: str = "dp",
     partition_kinds: Sequence[str] = ("edp", "ep"),
+    stacked: bool = True,
 ) -> list[Finding]:
     """L3 findings of one window.
 
@@ -441,6 +443,14 @@ def detect_window(
         Group kind whose ranks are compared with each other.
     partition_kinds : sequence of str
         Group kinds whose groups (inside one scope group) are compared with each other.
+    stacked : bool
+        Judge the (scope, kernel) cells in stacked passes (default): their quantile matrices
+        in one :func:`argus.summaries.lognormal.mixture_quantile_cells` call, then, cells of
+        the same rank count together, :func:`argus.detectors.l3.screen_ranks` and
+        :func:`argus.detectors.l3.screen_groups` pick the few cells that may name anything,
+        and only those go through ``score_ranks`` / ``compare_groups``. False: every cell
+        in its own numpy sequence (the reference the stacked path equals, finding for
+        finding, bit for bit).
 
     Returns
     -------
@@ -497,27 +507,60 @@ def detect_window(
     for a, b in judged:
         if b - a >= cfg.min_ranks:
             n_tests[int(p_scope[a])] += b - a
-    out: list[Finding] = []
-    for a, b in judged:
-        key = t.keys[int(p_key[a])]
-        sid = scope_names[int(p_scope[a])]
-        rows = p_rank[a:b]
-        idx = _ranges(p_start[a:b], p_len[a:b])
-        q = mixture_quantile_rows(
-            np.repeat(np.arange(b - a), p_len[a:b]),
+    # every judged cell's quantile matrix, stacked: cell i is rows off[i]:off[i] + n_rows[i]
+    n_rows = np.array([b - a for a, b in judged], dtype=np.int64)
+    off = np.cumsum(n_rows) - n_rows
+    pr = _ranges(np.array([a for a, _ in judged], dtype=np.int64), n_rows) if judged else n_rows
+    comm = [
+        _is_comm(
+            t.keys[int(p_key[a])], [t.stream_kinds[i] for i in p_rank[a : min(b, a + 8)].tolist()]
+        )
+        for a, b in judged
+    ]
+    if stacked:
+        idx = _ranges(p_start[pr], p_len[pr]) if pr.size else pr
+        q_all = mixture_quantile_cells(
+            np.repeat(np.arange(pr.size), p_len[pr]),
             counts[idx],
             log_q[idx],
             t.levels,
             probs,
-            int(b - a),
+            n_rows,
         )
+        level = [cfg.rank_alpha / max(n_tests[int(p_scope[a])], 1) for a, _ in judged]
+        rel = [cfg.min_rel_w1_comm if c else cfg.min_rel_w1 for c in comm]
+        scr = _screen(q_all, n_rows, p_rank[pr], parts, np.array(rel), np.array(level), cfg)
+    out: list[Finding] = []
+    for ci, (a, b) in enumerate(judged):
+        if stacked:
+            may_rank, may_group = scr.rank[ci], {k: bool(v[ci]) for k, v in scr.group.items()}
+            if not (may_rank or any(may_group.values())):
+                continue
+            q = q_all[off[ci] : off[ci] + n_rows[ci]]
+        else:
+            may_rank, may_group = True, dict.fromkeys(partition_kinds, True)
+            idx = _ranges(p_start[a:b], p_len[a:b])
+            q = mixture_quantile_rows(
+                np.repeat(np.arange(b - a), p_len[a:b]),
+                counts[idx],
+                log_q[idx],
+                t.levels,
+                probs,
+                int(b - a),
+            )
+        key = t.keys[int(p_key[a])]
+        sid = scope_names[int(p_scope[a])]
+        rows = p_rank[a:b]
         rank_ids = t.ranks[rows]
         stream = None if key[1] < 0 else int(key[1])
-        comm = _is_comm(key, [t.stream_kinds[i] for i in rows[:8].tolist()])
-        kcfg = replace(cfg, min_rel_w1=cfg.min_rel_w1_comm) if comm else cfg
+        kcfg = replace(cfg, min_rel_w1=cfg.min_rel_w1_comm) if comm[ci] else cfg
         # no (R, R) matrix: a finding shows the scores, never the pairwise W1 (display only)
-        res = score_ranks(q, kcfg, n_tests=n_tests[int(p_scope[a])], pairwise=False)
-        if res.flagged.any():
+        res = (
+            score_ranks(q, kcfg, n_tests=n_tests[int(p_scope[a])], pairwise=False)
+            if may_rank
+            else None
+        )
+        if res is not None and res.flagged.any():
             named = np.flatnonzero(res.flagged)
             worst = named[np.nanargmax(res.scores[named])]
             out.append(
@@ -551,11 +594,13 @@ def detect_window(
                         "p_value": f"{float(res.p_values[worst]):.3g}",
                         "alpha_per_test": f"{kcfg.rank_alpha / res.n_tests:.3g}",
                         "n_ranks": str(res.n_valid),
-                        "collective": str(comm).lower(),
+                        "collective": str(comm[ci]).lower(),
                     },
                 )
             )
         for part in partition_kinds:
+            if not may_group[part]:
+                continue
             labels = [parts[part][i] for i in rows.tolist()]
             sizes = Counter(labels)
             # groups of one rank have no inside spread to compare with (e.g. ep groups of a
@@ -589,7 +634,7 @@ def detect_window(
                         evidence={
                             "members": json.dumps([int(r) for r in rank_ids[lab == gid]]),
                             "scope": f"{scope_kind}/{sid}",
-                            "collective": str(comm).lower(),
+                            "collective": str(comm[ci]).lower(),
                             "n_groups": str(len(cmp.labels)),
                             "intra_w1_ns": f"{intra:.1f}",
                             "inter_w1_ns": f"{float(cmp.scores[gi]):.1f}",
@@ -603,6 +648,83 @@ def detect_window(
                     )
                 )
     return out
+
+
+class _Screen(NamedTuple):
+    """Which judged cells may give findings: ``rank`` (C,) bool, a ``kernel_divergence``;
+    ``group`` partition kind -> (C,) bool, a ``group_divergence`` of that kind."""
+
+    rank: np.ndarray
+    group: dict[str, np.ndarray]
+
+
+def _screen(
+    q: np.ndarray,
+    n_rows: np.ndarray,
+    rank_of_row: np.ndarray,
+    parts: Mapping[str, Sequence[object]],
+    min_rel_w1: np.ndarray,
+    level: np.ndarray,
+    cfg: L3Config,
+) -> _Screen:
+    """The cells :func:`detect_window` must judge one by one, found in stacked passes.
+
+    Parameters
+    ----------
+    q : (N, M) float
+        Quantile functions of the judged cells' ranks, ns; cell i is ``n_rows[i]`` rows, in
+        order.
+    n_rows : (C,) int
+    rank_of_row : (N,) int
+        Table rank index of each row.
+    parts : partition kind -> label of each table rank
+    min_rel_w1, level : (C,) float
+        Each cell's effect-size share and per-test level (see ``screen_ranks``).
+    cfg : L3Config
+
+    Returns
+    -------
+    _Screen
+        Cells of the same rank count are screened together (``screen_ranks``; for each
+        partition kind, cells whose groups are of equal size n, ``screen_groups``); a cell
+        with a non-finite row, or a partition of unequal groups, is always judged; a
+        partition with fewer than ``min_groups`` groups of >= 2 ranks never is (as
+        :func:`detect_window` skips it).
+    """
+    n_c = n_rows.size
+    off = np.cumsum(n_rows) - n_rows
+    finite = np.isfinite(q).all(axis=1)
+    cell_ok = np.logical_and.reduceat(finite, off) if n_c else np.zeros(0, bool)
+    may_rank = ~cell_ok
+    codes = {}
+    for kind, labels in parts.items():
+        index: dict[object, int] = {}
+        codes[kind] = np.array([index.setdefault(x, len(index)) for x in labels], np.int64)
+    may_group = {kind: np.zeros(n_c, dtype=bool) for kind in parts}
+    for r in np.unique(n_rows).tolist():
+        cs = np.flatnonzero(n_rows == r)
+        rows = off[cs][:, None] + np.arange(r)  # (C', r)
+        ok = cell_ok[cs]
+        if ok.any():
+            may_rank[cs[ok]] = screen_ranks(q[rows[ok]], min_rel_w1[cs[ok]], level[cs[ok]], cfg)
+        for kind, code in codes.items():
+            g = code[rank_of_row[rows]]  # (C', r) group of each row
+            order = np.argsort(g, axis=1, kind="stable")
+            sg = np.take_along_axis(g, order, axis=1)
+            new = np.ones(sg.shape, dtype=bool)
+            new[:, 1:] = sg[:, 1:] != sg[:, :-1]
+            run = np.cumsum(new, axis=1) - 1 + r * np.arange(cs.size)[:, None]
+            sizes = np.bincount(run.reshape(-1), minlength=cs.size * r).reshape(cs.size, r)
+            entered = (sizes >= 2).sum(axis=1) >= cfg.min_groups
+            equal = sizes.max(axis=1) * new.sum(axis=1) == r
+            sel = entered & ok & equal
+            may = entered & ~sel
+            for n in np.unique(sizes[sel, 0]).tolist():
+                cc = sel & (sizes[:, 0] == n)
+                qg = q[off[cs[cc]][:, None] + order[cc]].reshape(int(cc.sum()), r // n, n, -1)
+                may[cc] = screen_groups(qg, min_rel_w1[cs[cc]])
+            may_group[kind][cs] = may
+    return _Screen(may_rank, may_group)
 
 
 def _is_comm(key: KernelKey, kinds: Sequence[Mapping[int, str]]) -> bool:
