@@ -33,6 +33,7 @@ __all__ = [
     "LOAD_ENV",
     "PERIOD_S",
     "SPLIT",
+    "BatchTemplate",
     "Stack",
     "free_port",
     "load_producer",
@@ -53,6 +54,44 @@ LOAD_ENV = {  # the workers' settings under sustained load
 }
 
 Step = tuple[str, str, dict[str, Any]]  # (record type, key, record) from argus.sim.simulate
+
+
+def _varint(n: int) -> bytes:
+    """Avro's zigzag varint of a long."""
+    z = ((n << 1) ^ (n >> 63)) & 0xFFFFFFFFFFFFFFFF
+    out = bytearray()
+    while z > 0x7F:
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z)
+    return bytes(out)
+
+
+class BatchTemplate:
+    """One rank's ``kernel_batch`` encoded once; each window's bytes patch in its
+    ``window_id``, ``window_start_ns`` and ``window_end_ns`` (consecutive longs in the schema).
+
+    The load generator stands for the training cluster, which runs elsewhere: a copy of
+    the bytes a window keeps it from taking the cores the pipeline is measured on (fastavro
+    encoding 105 KB records took 14 % of a core at 2,048 ranks). Checked against
+    ``Codec.encode`` when built.
+    """
+
+    def __init__(self, codec: Codec, rec: Mapping[str, Any]) -> None:
+        zero = {**rec, "window_id": 0, "window_start_ns": 0, "window_end_ns": 0}
+        a = codec.encode("kernel_batch", zero)
+        b = codec.encode("kernel_batch", {**zero, "window_id": 1})
+        at = next(i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y)
+        self._head, self._tail = a[:at], a[at + 3 :]  # three one-byte zeros between
+        probe = {"window_id": 12_345, "window_start_ns": 10**18, "window_end_ns": 10**18 + 7}
+        if self.encode(*probe.values()) != codec.encode("kernel_batch", {**rec, **probe}):
+            raise AssertionError("kernel_batch's window fields are not where the template expects")
+
+    def encode(self, window_id: int, start_ns: int, end_ns: int) -> bytes:
+        """The record's bytes for one window (as ``Codec.encode`` would frame them)."""
+        return b"".join(
+            (self._head, _varint(window_id), _varint(start_ns), _varint(end_ns), self._tail)
+        )
 
 
 @dataclass

@@ -37,6 +37,7 @@ from _loadgen import (
     LOAD_ENV,
     PERIOD_S,
     SPLIT,
+    BatchTemplate,
     load_producer,
     metric,
     produce,
@@ -254,6 +255,7 @@ def load(
     published_k: dict[int, float] = {}  # step -> its kernel batches published
     rss: list[list[float]] = []  # per sample: each worker's and the broker's RSS, MB
     codec = Codec()
+    templates = [BatchTemplate(codec, b) for b in base]
     prod = load_producer(s)
     time.sleep(8)
     period = PERIOD_S  # 15 steps/min
@@ -269,14 +271,9 @@ def load(
         t_step = t_start + step * period
         pending, _, _ = publish_steps(prod, codec, prefix, steps_iter, pending, step)
         published[step] = time.time()
-        for r, b in enumerate(base):
-            rec = dict(
-                b,
-                window_id=step,
-                window_start_ns=time.time_ns() - 3_000_000_000,
-                window_end_ns=time.time_ns(),
-            )
-            v = codec.encode("kernel_batch", rec)
+        for r, tpl in enumerate(templates):
+            now_ns = time.time_ns()
+            v = tpl.encode(step, now_ns - 3_000_000_000, now_ns)
             bytes_k += len(v)
             produce(prod, f"{prefix}.raw.kernels", f"{run.job}/{r}".encode(), v)
             prod.poll(0)
