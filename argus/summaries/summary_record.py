@@ -42,7 +42,7 @@ from argus.summaries.kde import (
     KdeConfig,
     ManySummary,
     Summary,
-    summarize_blocks,
+    _summarize,
     summarize_many,
 )
 from argus.summaries.quantile_wire import decode_log16, encode_log16, median_index
@@ -115,6 +115,13 @@ def _list_kids(names: list[str]) -> np.ndarray:
     return kids
 
 
+class _Names(list[str]):
+    """A record's name dictionary and ``kids``, its kernel ids (:func:`_list_kids`)."""
+
+    __slots__ = ("kids",)
+    kids: np.ndarray
+
+
 #: A ``kernel_batch``'s columns as :func:`batch_columns` gives them.
 BatchColumns = tuple[list[str], np.ndarray, np.ndarray, np.ndarray]
 
@@ -147,7 +154,7 @@ def batch_columns(batch: Mapping[str, Any]) -> BatchColumns:
         Columns of different lengths, a bad byte length, or a name index out of range.
     """
     try:
-        names = list(batch["names"])
+        names = _Names(batch["names"])
         name_idx = _unpack(batch["name_idx"], _U4, "uint32", "name_idx")
         stream = _unpack(batch["stream"], _U4, "uint32", "stream")
         dur = _unpack(batch["duration_ns"], _I8, "int64", "duration_ns")
@@ -166,6 +173,7 @@ def batch_columns(batch: Mapping[str, Any]) -> BatchColumns:
             "bad-name-index",
             f"name_idx {int(_max(name_idx))} but the name dictionary has {len(names)} names",
         )
+    names.kids = _list_kids(names)  # while the decoded strings are in cache
     return names, name_idx, stream, dur
 
 
@@ -402,12 +410,17 @@ class SummarizedBatches:
             self.gk_first = np.zeros(0, bool)
             return
         name_counts = np.fromiter((len(c[0]) for c in cols), np.int64, n_rec)
-        kids = np.concatenate([_list_kids(c[0]) for c in cols])
-        uk, k_of_name = np.unique(kids, return_inverse=True)
-        k_of_name = k_of_name.reshape(-1)
+        lists = [c[0].kids if type(c[0]) is _Names else _list_kids(c[0]) for c in cols]
+        n_names = int(name_counts.sum())
+        if all(k is lists[0] for k in lists):  # one dictionary (the producers' usual case)
+            uk, k_of_name = np.unique(lists[0], return_inverse=True)
+            k_of_name = np.tile(k_of_name.reshape(-1), n_rec)
+        else:
+            uk, k_of_name = np.unique(np.concatenate(lists), return_inverse=True)
+            k_of_name = k_of_name.reshape(-1)
         stream = np.concatenate([c[2] for c in cols])
         s_max = int(stream.max())
-        if kids.size * (s_max + 1) <= 4 * stream.size + 4096:
+        if n_names * (s_max + 1) <= 4 * stream.size + 4096:
             # small stream ids (CUDA's): slots use them as they are, the numbering below
             # drops the unused ones (no densifying pass over the events)
             us = np.arange(s_max + 1, dtype=np.uint32)
@@ -426,7 +439,7 @@ class SummarizedBatches:
         slot *= width
         slot += s_dense.reshape(-1)
         del stream, s_dense
-        used, inv, slot_n = _numbering(slot, kids.size * width)
+        used, inv, slot_n = _numbering(slot, n_names * width)
         name, s_of = np.divmod(used, width)
         n_k = max(uk.size, 1)
         order = np.repeat(np.arange(n_rec), name_counts)[name]
@@ -437,20 +450,21 @@ class SummarizedBatches:
         groups, g_of_slot = np.unique(order, return_inverse=True)  # a name may recur
         g_of_slot = g_of_slot.reshape(-1)
         if inv is None:
-            table = np.empty(kids.size * width, np.int64)
+            table = np.empty(n_names * width, np.int64)
             table[used] = g_of_slot
             label = table[slot]
         else:
             label = g_of_slot[inv]
         del slot, inv
         dur = np.concatenate([c[3] for c in cols])
-        res = summarize_blocks(
+        # summarize_blocks' computation without its checks of what was built here
+        res = _summarize(
             label,
             dur,
             sizes,
-            config=config,
-            group_block=groups // (n_k * width),
-            group_counts=np.bincount(g_of_slot, weights=slot_n, minlength=groups.size),
+            config,
+            groups // (n_k * width),
+            np.bincount(g_of_slot, weights=slot_n, minlength=groups.size).astype(np.int64),
         )
         self._set(config, res.many, res.block_groups, [r.total for r in res.rejected])
         gid = groups[res.many.group_ids]
