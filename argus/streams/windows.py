@@ -150,14 +150,16 @@ def add(
     closed : the steps this report closed, in step order (see the module doc).
     """
     step, rank = int(step), int(rank)
-    state.setdefault("src", {})  # a state of the version before watermarks
-    ix = _index(state)
+    srcs = state.get("src")
+    ix = getattr(srcs, "ix", None)  # _own_index(state), inline (every report asks)
+    if ix is None or ix.owner != id(state) or ix.pending is not state["pending"]:
+        state.setdefault("src", {})  # a state of the version before watermarks
+        ix = _index(state)
+        srcs = state["src"]
     closed_steps = state["closed"]
     src = str(rank)
-    at = bisect.bisect_left(closed_steps, step)  # `closed` is ascending
-    if (at < len(closed_steps) and closed_steps[at] == step) or (
-        len(closed_steps) >= _MAX_CLOSED and at == 0
-    ):
+    # `closed` is ascending: a step above its last is neither closed nor below the bound
+    if closed_steps and step <= closed_steps[-1] and _closed_or_below(closed_steps, step):
         if int(state["src"].get(src, -1)) >= step:
             return "dup", []  # the source had passed it: a replayed record
         state["late"] = int(state["late"]) + 1  # it closed without this source
@@ -174,7 +176,9 @@ def add(
         return "dup", []
     pend["got"].append(rank)
     got.add(rank)
-    if src in state["src"] and int(state["src"][src]) > step:
+    had = srcs.get(src)
+    mark = -1 if had is None else int(had)
+    if had is not None and mark > step:
         ix.ahead[step] += 1  # it had passed this step already
     pend["exp"] = max(int(pend["exp"]), int(expected))
     state["newest"] = max(int(state["newest"]), step)
@@ -182,13 +186,22 @@ def add(
     was = parts.get(src, "0")
     if part != "0" or src in parts:
         parts[src] = part
-    ix.move(state, src, max(int(state["src"].get(src, -1)), step), was, part)
+    ix.move(state, src, max(mark, step), was, part)
     if silent > 0:
         times = state.setdefault("t", {})
         t_new = max(int(times.get(src, 0)), int(t_ns))
         ix.time(part, src, times.get(src), t_new)
         times[src] = t_new
     return "new", _due(state, ix, lateness, max_pending, silent, silent_ns)
+
+
+def _closed_or_below(closed_steps: list[int], step: int) -> bool:
+    """Whether ``step`` closed already, or lies below the oldest of the bounded ``closed``
+    list when it is full (ascending)."""
+    at = bisect.bisect_left(closed_steps, step)
+    return (at < len(closed_steps) and closed_steps[at] == step) or (
+        len(closed_steps) >= _MAX_CLOSED and at == 0
+    )
 
 
 def flush(state: WindowState) -> list[ClosedStep]:
@@ -258,9 +271,13 @@ class _Index:
         ``part`` (``was`` before); its event time follows it to the new partition."""
         marks = state["src"]
         old = int(marks[src]) if src in marks else None
-        if old is not None:
-            _remove(self.wm, old)
-            _remove_in(self.marks, was, (old, src))
+        if old is not None:  # _remove and _remove_in, inline (every report moves one)
+            wm = self.wm
+            del wm[bisect.bisect_left(wm, old)]
+            v = self.marks[was]
+            del v[bisect.bisect_left(v, (old, src))]
+            if not v:
+                del self.marks[was]
         bisect.insort(self.wm, mark)
         bisect.insort(self.marks.setdefault(part, []), (mark, src))
         marks[src] = mark
@@ -287,7 +304,11 @@ class _Index:
 
     def watermark(self) -> int:
         """The key's watermark (module doc): the lowest partition's upper median."""
-        return min((v[len(v) // 2][0] for v in self.marks.values()), default=-1)
+        marks = self.marks
+        if len(marks) == 1:  # one input partition (the usual key): no generator
+            for v in marks.values():
+                return v[len(v) // 2][0]
+        return min((v[len(v) // 2][0] for v in marks.values()), default=-1)
 
 
 def _remove(values: list[Any], value: Any) -> None:
@@ -337,9 +358,10 @@ def _due(
     newest = ix.wm[-1]
     behind = bisect.bisect_right(steps, ix.watermark())  # pending steps at or below it
     sources = len(state["src"])
+    pending = state["pending"]
     done = 0
     for i, step in enumerate(steps):
-        exp = state["pending"][str(step)]["exp"]
+        exp = pending[str(step)]["exp"]
         got = ix.got[step]
         if len(got) >= exp or (newest > step and len(got) + ix.passed(step) >= exp):
             out.append(_close(state, step, timed_out=False))
