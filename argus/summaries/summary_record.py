@@ -247,6 +247,8 @@ def _long(n: int) -> bytes:
     z = (n << 1) ^ (n >> 63)
     if z < 128:
         return _VARINT1[z]
+    if z < 16384:  # a column's length, mostly
+        return bytes(((z & 127) | 128, z >> 7))
     out = bytearray()
     while z >= 128:
         out.append((z & 127) | 128)
@@ -568,7 +570,10 @@ class SummarizedBatches:
         batch = self.batches[i]
         g0, g1 = self.bg[i], self.bg[i + 1]
         c0, c1 = self.cb[i], self.cb[i + 1]
-        used = self.gk_all[g0:g1][self.gk_first[g0:g1]].tolist()
+        if self._mv is None:
+            self._mv = self._views()
+        gk, gs, gc, cc, q, off, q_item, off_item, used_all, used_at = self._mv
+        used = used_all[used_at[i] : used_at[i + 1]]  # the record's kernel ids, increasing
         if announced is None:
             new = used
         elif announced.issuperset(used):
@@ -580,9 +585,6 @@ class SummarizedBatches:
         names = _names_body(new, self.names[i]) if new else b"\x00"
         if rp is None or names is None or not (_is_long(w) and _is_long(t0) and _is_long(t1)):
             return codec.encode("kernel_summary", self.record(i, announced=announced)), new
-        if self._mv is None:
-            self._mv = self._views()
-        gk, gs, gc, cc, q, off, q_item, off_item = self._mv
         ng, nc = g1 - g0, c1 - c0
         nq, no = nc * q_item, nc * off_item
         return (
@@ -618,8 +620,9 @@ class SummarizedBatches:
         )
 
     def _views(self) -> tuple[Any, ...]:
-        """The poll's columns as bytes (a record's are slices of them), and the bytes per cluster of the quantiles and
-        of the log offsets."""
+        """The poll's columns as bytes (a record's are slices of them); the bytes per cluster
+        of the quantiles and of the log offsets; the kernel ids each record uses (one list,
+        record i's from ``at[i]`` to ``at[i + 1]``) and ``at``."""
         off = self.off_all if self.off_all is not None else np.zeros(0, "<i2")
         views = tuple(
             a.tobytes()
@@ -628,7 +631,10 @@ class SummarizedBatches:
         n_levels = len(self.levels)
         q_item = 4 if self.off_all is not None else 4 * n_levels
         off_item = 2 * (n_levels - 1) if self.off_all is not None else 0
-        return (*views, q_item, off_item)
+        at = np.zeros(self.gk_first.size + 1, np.int64)
+        np.cumsum(self.gk_first, out=at[1:])
+        used_all = self.gk_all[self.gk_first].tolist()
+        return (*views, q_item, off_item, used_all, at[self.bg].tolist())
 
 
 def _names_body(ids: list[int], names: list[str]) -> bytes | None:

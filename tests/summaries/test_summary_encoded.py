@@ -106,7 +106,9 @@ def test_encoded_other_types_go_through_fastavro() -> None:
         bad.encoded(0, codec)
 
 
-@pytest.mark.parametrize("n", [0, 1, 63, 64, 127, 128, 8191, 8192, -1, -64, -65, 2**62, -(2**63)])
+@pytest.mark.parametrize(
+    "n", [0, 1, 63, 64, 127, 128, 8191, 8192, -1, -64, -65, -8192, -8193, 2**62, -(2**63)]
+)
 def test_long_is_avro_zigzag(n: int) -> None:
     import io
 
