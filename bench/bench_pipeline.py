@@ -199,6 +199,7 @@ def load(
     linger_s: float = 0.01,
     steps_workers: int = 0,
     faulty: bool = False,
+    nice_kernels: int = 0,
 ) -> None:
     """R ranks at 15 steps/min, ``events`` kernel events per rank-step; lag must not grow.
 
@@ -210,6 +211,8 @@ def load(
     find something in every window: their detection latency is measured as in
     :func:`latency` (arrival on ``argus.anomalies`` minus the publish of the window's last
     step; L3: of its block's last kernel batches), the issue's p95 bars (L2 <= 5 s, L3 <= 60 s).
+    ``nice_kernels`` > 0: the compressor and L3 processes (every thread) run at that nice
+    value, so on a shared host the step roles (L2's latency) and the broker go first.
     """
     from argus.schemas import Codec
     from argus.schemas.arrays import pack, unpack
@@ -220,6 +223,10 @@ def load(
     env = {**LOAD_ENV, "ARGUS_STREAMS__PRODUCER_LINGER_S": str(linger_s)}  # 4 partitions
     roles = [SPLIT[0]] * steps_workers if steps_workers else split_roles(split)
     st = start_stack("load", roles=roles, env=env)
+    if nice_kernels:
+        for w in st.workers:
+            if w.proc and {"compressor", "l3"} & set(w.roles):
+                _renice(w.proc.pid, nice_kernels)
     s, prefix, workers, broker_pid = st.settings, st.prefix, st.workers, st.broker_pid
     tmp = st.log_dir
     lay = Layout.for_ranks(ranks)
@@ -384,6 +391,12 @@ def load(
         print(f"  profiles: {tmp}/*.prof (py-spy raw)")
 
 
+def _renice(pid: int, nice: int) -> None:
+    """Set every thread of a process to ``nice`` (Linux: a thread's priority is its own)."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        os.setpriority(os.PRIO_PROCESS, int(task.name), nice)
+
+
 def _rss_mb(pid: int) -> float:
     """Resident memory of a process, MB (0 when it is gone)."""
     try:
@@ -439,6 +452,12 @@ def main() -> None:
         help="--load with a compute straggler (and its kernels 1.5x slower) from step 3:"
         " prints L2 and L3 detection latency",
     )
+    ap.add_argument(
+        "--nice-kernels",
+        type=int,
+        default=0,
+        help="--load: run the compressor and L3 processes at this nice value (steps first)",
+    )
     args = ap.parse_args()
     if args.load:
         load(
@@ -450,6 +469,7 @@ def main() -> None:
             args.linger,
             args.steps_workers,
             args.faulty,
+            args.nice_kernels,
         )
     else:
         kern = {"on": (True,), "off": (False,), "both": (True, False)}[args.kernels]
