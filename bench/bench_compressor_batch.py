@@ -12,7 +12,9 @@ i.e. steady state), Avro-encoded as the collectors send them. Per round, on the 
   what any compressor must at least do;
 * **batched**: what the compressor agent does per poll, without Kafka: decode, validate
   (``Checker.kernel_batch_columns``) and merge parts (``PartAssembler``) each record, compress
-  the poll's windows in one ``SummarizedBatches`` call (given the columns the check unpacked),
+  the poll's windows in ``SummarizedBatches`` calls of up to ``CHUNK_EVENTS`` events each (a
+  run of records decoded, then compressed; older trees: one call a poll; given the columns
+  the check unpacked),
   then encode each summary (``SummarizedBatches.encoded``; older trees: ``record`` and
   ``Codec.encode``);
 * **one at a time**: the same with a poll of one record (the agent before issue 21: one
@@ -82,6 +84,8 @@ def _lib() -> SimpleNamespace:
         PipelineConfig=mod("argus.streams.pipeline_config").PipelineConfig,
         PartAssembler=mod("argus.schemas.kernel_parts").PartAssembler,
         SummarizedBatches=mod("argus.summaries.summary_record").SummarizedBatches,
+        # the agent's runs of a poll (older trees: the whole poll in one call)
+        run_events=getattr(mod("argus.summaries.summary_record"), "CHUNK_EVENTS", None),
     )
 
 
@@ -119,8 +123,13 @@ class Compressor:
         self.announced: dict[str, set[int]] = {}
 
     def poll(self, raws: list[bytes]) -> int:
-        wholes, cols = [], []
+        """One poll: records decoded, checked and merged, compressed in runs of up to
+        ``CHUNK_EVENTS`` events as the agent does (older trees: all at once), encoded."""
+        wholes: list[Any] = []
+        cols: list[Any] = []
         check = getattr(self.check, "kernel_batch_columns", None)  # older trees: no columns
+        limit = self.lib.run_events
+        out = n_ev = 0
         for raw in raws:
             piece = self.codec.decode_as("kernel_batch", raw)
             c = check(piece) if check is not None else self.check.kernel_batch(piece)
@@ -128,6 +137,15 @@ class Compressor:
             if whole is not None:
                 wholes.append(whole)
                 cols.append(c if check is not None and whole is piece else None)
+                n_ev += len(whole["duration_ns"]) // 8
+                if limit is not None and n_ev > limit and len(wholes) > 1:
+                    out += self._summarize(wholes[:-1], cols[:-1])
+                    wholes, cols = wholes[-1:], cols[-1:]
+                    n_ev = len(wholes[0]["duration_ns"]) // 8
+        return out + self._summarize(wholes, cols) if wholes else out
+
+    def _summarize(self, wholes: list[Any], cols: list[Any]) -> int:
+        check = getattr(self.check, "kernel_batch_columns", None)
         done = self.lib.SummarizedBatches(wholes, columns=cols if check is not None else None)
         out = 0
         for i, b in enumerate(wholes):

@@ -48,6 +48,7 @@ from argus.summaries.kde import (
 from argus.summaries.quantile_wire import decode_log16, encode_log16, median_index
 
 __all__ = [
+    "CHUNK_EVENTS",
     "BatchColumns",
     "BatchError",
     "KernelNames",
@@ -344,8 +345,9 @@ def _numbering(slot: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray | No
 
 #: Events per :func:`~argus.summaries.kde.summarize_blocks` call of a large poll: its ~40
 #: passes over the events then run on arrays of ~1.5 MB; a call per ~64 records of 3,000
-#: events costs ~15 % less per record than one per 256 (2-core VM, BENCHMARKS.md)
-_CHUNK_EVENTS = 3 << 16
+#: events costs ~15 % less per record than one per 256 (2-core VM, BENCHMARKS.md); the
+#: compressor agent decodes a large poll in runs of this many events too
+CHUNK_EVENTS = 3 << 16
 
 
 class SummarizedBatches:
@@ -373,7 +375,7 @@ class SummarizedBatches:
     inside each record (as :func:`summarize_batch` orders them), so every float the KDE
     computes is the single record's (:func:`~argus.summaries.kde.summarize_blocks`). Kernel
     ids come from a process-wide name cache; the quantile levels' list is built once. A poll
-    of more than ``_CHUNK_EVENTS`` events is summarised one chunk of consecutive records at a
+    of more than ``CHUNK_EVENTS`` events is summarised one chunk of consecutive records at a
     time (the same records; its arrays stay in cache).
     """
 
@@ -394,11 +396,11 @@ class SummarizedBatches:
         sizes = np.fromiter((c[1].size for c in cols), np.int64, n_rec)
         self._parts: list[SummarizedBatches] = []
         self._part_first: list[int] = []
-        if n_rec > 1 and int(sizes.sum()) > _CHUNK_EVENTS:  # in chunks that stay in cache
+        if n_rec > 1 and int(sizes.sum()) > CHUNK_EVENTS:  # in chunks that stay in cache
             ends = np.cumsum(sizes).tolist()
             a = 0
             while a < n_rec:
-                b = max(bisect.bisect_right(ends, (ends[a - 1] if a else 0) + _CHUNK_EVENTS), a + 1)
+                b = max(bisect.bisect_right(ends, (ends[a - 1] if a else 0) + CHUNK_EVENTS), a + 1)
                 self._part_first.append(a)
                 self._parts.append(
                     SummarizedBatches(batches[a:b], config=config, columns=cols[a:b])

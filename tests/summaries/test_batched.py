@@ -120,7 +120,7 @@ def test_batches_equal_summarize_batch(
     """In one summarize_blocks call, or in chunks of ~5,000 events (a large poll's are
     ~200,000): each record as summarize_batch gives it alone."""
     if chunk is not None:
-        monkeypatch.setattr(sr, "_CHUNK_EVENTS", chunk)
+        monkeypatch.setattr(sr, "CHUNK_EVENTS", chunk)
         assert len(sr.SummarizedBatches(_records(3))._parts) > 3
     recs = _records(3)
     ann: list[set[int] | None] = [

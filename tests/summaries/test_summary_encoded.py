@@ -66,7 +66,7 @@ def test_encoded_equals_codec_encode(
     if registry is not None:
         pytest.importorskip("confluent_kafka.schema_registry")
     if chunk is not None:
-        monkeypatch.setattr(sr, "_CHUNK_EVENTS", chunk)
+        monkeypatch.setattr(sr, "CHUNK_EVENTS", chunk)
     codec = Codec(registry_url=registry)
     recs = _records(11)
     done = sr.SummarizedBatches(recs, config=cfg)

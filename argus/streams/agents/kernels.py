@@ -3,9 +3,11 @@
 * **compressor**: ``argus.raw.kernels`` -> ``argus.summary.kernels``, one summary per window
   (what :func:`argus.summaries.summary_record.summarize_batch` gives), same key
   (``job/rank``). It works per poll: the records already delivered to it (up to
-  ``_POLL_MAX``) are decoded and checked one by one, their complete windows compressed in
-  one call (:class:`~argus.summaries.summary_record.SummarizedBatches`), the summaries sent
-  in input order, then the poll's records acknowledged. A window
+  ``_POLL_MAX``) are decoded and checked one by one, the complete windows of each run of up
+  to ``CHUNK_EVENTS`` kernel events (~65 windows of 3,000) compressed in one call
+  (:class:`~argus.summaries.summary_record.SummarizedBatches`) while the run's columns are
+  still in cache, the summaries sent in input order, then the poll's records acknowledged.
+  A window
   split into parts (``part``/``parts``, :mod:`argus.schemas.kernel_parts`) is merged first
   (:class:`~argus.schemas.kernel_parts.PartAssembler`); a window whose parts stop coming (the
   rank's next window arrives first, or none for ``_PART_MAX_AGE_S``) sends the parts it has to
@@ -51,6 +53,7 @@ from argus.streams.app import (
 from argus.streams.fidelity import check_batches
 from argus.streams.roles.l3 import L3Windows, route_summary
 from argus.streams.validate import checker
+from argus.summaries import summary_record
 from argus.summaries.summary_record import BatchColumns, SummarizedBatches
 
 __all__ = ["register_compressor", "register_l3"]
@@ -197,19 +200,33 @@ def register_compressor(ctx: Ctx) -> None:
             await fidelity(time.time())
 
     async def poll(events: list[faust.EventT]) -> None:
-        """The events taken in one poll: every complete window compressed in one call
+        """The events taken in one poll, in runs of up to ``CHUNK_EVENTS`` kernel events (a
+        run's columns are still in cache when compressed): each run's complete windows
+        compressed in one call
         (:class:`~argus.summaries.summary_record.SummarizedBatches`), then sent in order."""
         ready: list[tuple[faust.EventT, dict[str, Any], Mapping[str, Any], Any]] = []
+        n_events = [0]  # in ready
 
         async def one(event: faust.EventT) -> None:
             got = await take(event)
             if got is not None:
                 ready.append((event, *got))
+                n_events[0] += len(got[1].get("duration_ns") or b"") // 8
 
         for event in events:
             await guarded(ctx, event, "compressor", functools.partial(one, event))
-        if not ready:
-            return
+            if n_events[0] > summary_record.CHUNK_EVENTS and len(ready) > 1:
+                last = ready.pop()  # the window that made the run too long starts the next
+                await summarize(ready)
+                ready[:] = [last]
+                n_events[0] = len(last[2].get("duration_ns") or b"") // 8
+        if ready:
+            await summarize(ready)
+
+    async def summarize(
+        ready: list[tuple[faust.EventT, dict[str, Any], Mapping[str, Any], Any]],
+    ) -> None:
+        """Compress ``ready``'s windows in one call, then send their summaries in order."""
         try:
             done: SummarizedBatches | None = SummarizedBatches(
                 [w for _, _, w, _ in ready], columns=[c for _, _, _, c in ready]
