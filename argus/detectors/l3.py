@@ -348,6 +348,18 @@ def score_ranks(
 _SCREEN_TOL = 1e-9
 
 
+def _sorted_median(x: np.ndarray, axis: int) -> np.ndarray:
+    """Median along ``axis`` by a sort (many short slices: several times faster than
+    ``np.median``'s partitions); equal to it up to the rounding of the middle pair's mean."""
+    s = np.sort(x, axis=axis)
+    n = s.shape[axis]
+    hi = np.take(s, n // 2, axis=axis)
+    if n % 2:
+        return hi
+    out: np.ndarray = 0.5 * (np.take(s, n // 2 - 1, axis=axis) + hi)
+    return out
+
+
 def screen_ranks(
     q: np.ndarray, min_rel_w1: np.ndarray, level: np.ndarray, cfg: L3Config | None = None
 ) -> np.ndarray:
@@ -376,7 +388,7 @@ def screen_ranks(
     c, r, _ = q.shape
     if c == 0 or r < cfg.min_ranks:
         return np.zeros(c, dtype=bool)
-    ref = np.median(q, axis=1)
+    ref = _sorted_median(q, axis=1)
     s = np.abs(q - ref[:, None, :]).mean(axis=2)  # (C, R) W1 to the reference, ns
     scale = np.abs(ref.mean(axis=1))
     tol = _SCREEN_TOL * (s.max(axis=1) + scale)[:, None]
@@ -424,8 +436,8 @@ def screen_groups(q: np.ndarray, min_rel_w1: np.ndarray) -> np.ndarray:
     """
     if q.shape[0] == 0:
         return np.zeros(0, dtype=bool)
-    refs = np.median(q, axis=2)  # (C, G, M)
-    ref = np.median(refs, axis=1)  # (C, M)
+    refs = _sorted_median(q, axis=2)  # (C, G, M)
+    ref = _sorted_median(refs, axis=1)  # (C, M)
     shifts = (refs - ref[:, None, :]).mean(axis=2)  # (C, G), ns
     scale = np.abs(ref.mean(axis=1))
     tol = _SCREEN_TOL * (np.abs(refs - ref[:, None, :]).mean(axis=2).max(axis=1) + scale)

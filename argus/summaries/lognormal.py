@@ -96,6 +96,20 @@ def _logq_points(z: np.ndarray, y: np.ndarray, zz: np.ndarray) -> np.ndarray:
     return out
 
 
+def _logq_of(z: np.ndarray, flat_q: np.ndarray, comp: np.ndarray, zz: np.ndarray) -> np.ndarray:
+    """(N,) :func:`_logq_points` of components ``comp`` (N,) of the (K, L) ln-quantiles
+    ``flat_q`` (raveled) at ``zz`` (N,): the same arithmetic, without a (N, L) copy."""
+    n_l = z.size
+    if n_l == 1:
+        out0: np.ndarray = flat_q[comp]
+        return out0
+    seg = _seg(z, zz)
+    at = comp * n_l + seg
+    y0, y1 = flat_q[at], flat_q[at + 1]
+    out: np.ndarray = y0 + (y1 - y0) / (z[seg + 1] - z[seg]) * (zz - z[seg])
+    return out
+
+
 def _component_cdf(z: np.ndarray, yk: np.ndarray, u: np.ndarray) -> np.ndarray:
     """CDF of one component at ``u = ln x`` (inverse of the piecewise-linear map)."""
     if z.size == 1 or yk[-1] <= yk[0]:
@@ -423,9 +437,10 @@ def mixture_quantile_cells(
 
     A cell is a set of consecutive rows (e.g. the ranks of one (scope, kernel) pair); each
     cell's rows come out exactly as its own :func:`mixture_quantile_rows` call with its rows
-    numbered from 0 (the per-cell running sum and row numbering are kept: a running sum or
-    row index across cells would round differently and can move a grid point across a
-    component boundary).
+    numbered from 0 (the per-cell running sum, row numbering and component search are kept:
+    a running sum or row index across cells would round differently and can move a grid
+    point across a component boundary). The elementwise work (normal scores, interpolation,
+    row sorts) runs over passes of whole cells of about ``max_points`` grid points.
 
     Parameters
     ----------
@@ -469,6 +484,7 @@ def mixture_quantile_cells(
     start_in_row = cw - w - np.repeat(cw[first] - w[first], k_per)
     keys = local_row[row_of] + start_in_row
     cell_end = np.cumsum(cell_rows)
+    flat_q = np.ascontiguousarray(log_q, dtype=np.float64).reshape(-1)
     per = max(1, max_points // max(p.size, 1))  # rows per pass
     c0 = 0
     while c0 < cell_rows.size:  # passes of whole cells, a cell bigger than a pass alone
@@ -483,7 +499,7 @@ def mixture_quantile_cells(
             comp[a:b] = lo + np.searchsorted(keys[lo:hi], qq[a:b], side="right") - 1
         local = (qq - keys[comp]) / w[comp]
         local = np.clip(local, 1e-15, 1.0 - 1e-15)
-        vals = _logq_points(z, log_q[comp], ndtri(local)).reshape(r1 - r0, p.size)
+        vals = _logq_of(z, flat_q, comp, ndtri(local)).reshape(r1 - r0, p.size)
         vals.sort(axis=1)
         out[r0:r1] = np.exp(vals)
         c0 = c1 + 1
