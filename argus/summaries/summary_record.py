@@ -460,7 +460,7 @@ class SummarizedBatches:
         else:
             label = g_of_slot[inv]
         del slot, inv
-        dur = np.concatenate([c[3] for c in cols])
+        dur = np.concatenate([c[3] for c in cols], dtype=np.float64)  # log takes floats
         # summarize_blocks' computation without its checks of what was built here
         res = _summarize(
             label,
