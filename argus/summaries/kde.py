@@ -729,7 +729,7 @@ def _summarize(
     if valid is not None:
         if n_blocks > 1:
             per_block, bounds = _reject_blocks(d_in, valid, bounds)
-        g_in, d_in = g_in[valid], d_in[valid]
+        g_in, d_in = np.compress(valid, g_in), np.compress(valid, d_in)
     if d_in.size == 0:
         return _empty_blocks(config, rejected, per_block)
     sizes = np.diff(bounds)
@@ -763,7 +763,7 @@ def _summarize(
     for b in np.flatnonzero(~composite).tolist():  # the key would lose precision: lexsort
         off[first[b] : first[b + 1]] = 0.0
     xs = x
-    xs += off[label]
+    xs += np.take(off, label)  # take: ~2x a fancy index's speed on a small table
     for b, (a, e) in enumerate(zip(bounds[nz].tolist(), bounds[nz + 1].tolist(), strict=True)):
         if composite[b]:
             xs[a:e].sort()
@@ -955,11 +955,11 @@ def _valley_splits(
     if kept.size == counts.size and contiguous:
         x_k = xs
     elif contiguous:
-        x_k = xs[keep.repeat(counts)]
+        x_k = np.compress(keep.repeat(counts), xs)  # ~2x a boolean index's speed
     else:
         take = moved.repeat(n_k)
         take += np.arange(take.size)
-        x_k = xs[take]
+        x_k = np.take(xs, take)
         del take
     # (3) per-segment bandwidth (moments about the segment's minimum, for precision)
     gmin = x_k[sk]
@@ -1013,7 +1013,7 @@ def _valley_splits(
     d = dens[1:] - dens[:-1]
     up = d > 0
     nz = (up | (d < 0)).nonzero()[0]  # bool masks: cheaper than d.nonzero() and d[nz] > 0
-    rising = up[nz]
+    rising = np.take(up, nz)
     del d, up
     turn = (rising[1:] != rising[:-1]).nonzero()[0] + 1
     ext = nz[turn]  # grid points of the turns, a maximum first
@@ -1095,10 +1095,10 @@ def _cluster_quantiles(
     lo += cstart[:, None]
     hi = lo + (pl > 0)  # lo itself where the position is an event (then pl = 0)
     o = off[:, None]
-    a = xs[lo]
+    a = np.take(xs, lo)
     a -= o
     np.exp(a, out=a)
-    b = xs[hi]
+    b = np.take(xs, hi)
     b -= o
     np.exp(b, out=b)
     b -= a
