@@ -423,6 +423,14 @@ def step_skew(m: Mark, ref: Mark, max_step_jump: int) -> str | None:
     )
 
 
+def _mark(prev: Mark | None, step: int, t_ns: int, u_ns: int, span_ns: int) -> Mark:
+    """A record's :class:`Mark`, its pace measured since ``prev``."""
+    pace = float(max(span_ns, 1))
+    if prev is not None and step > prev.step and t_ns > prev.t_ns:
+        pace = max(pace, (t_ns - prev.t_ns) / (step - prev.step))
+    return Mark(step, t_ns, u_ns, pace)
+
+
 @dataclass(slots=True)
 class _Source:
     ref: Mark | None = None
@@ -479,14 +487,7 @@ class Clocks:
         else:
             self._src.move_to_end(key)
         own, jref = src.ref, self._jobs.get((kind, job))
-
-        def mark(prev: Mark | None) -> Mark:  # the record, its pace measured since ``prev``
-            pace = float(max(span_ns, 1))
-            if prev is not None and step > prev.step and t_ns > prev.t_ns:
-                pace = max(pace, (t_ns - prev.t_ns) / (step - prev.step))
-            return Mark(step, t_ns, u_ns, pace)
-
-        m = mark(own)
+        m = _mark(own, step, t_ns, u_ns, span_ns)
         judge = own if own is not None and own.confirmed else jref
         why = None if judge is None else self._disagrees(m, judge, jref, limits, timed)
         if why is None:
@@ -496,7 +497,8 @@ class Clocks:
                 own is not None and self._disagrees(m, own, None, limits, timed) is None
             )
         else:
-            m = mark(src.pending[-1] if src.pending else own)  # its pace within the run
+            prev = src.pending[-1] if src.pending else own
+            m = _mark(prev, step, t_ns, u_ns, span_ns)  # its pace within the run
             if not (
                 len(src.pending) == 2
                 and self._disagrees(src.pending[1], src.pending[0], None, limits, timed) is None
@@ -507,13 +509,18 @@ class Clocks:
                 raise InputError(reason, f"{kind} of {job} {who} step {step}: {what}")
             m.confirmed = True  # three in a row that agree: the source's new regime
         src.ref = m
-        src.pending = []
+        if src.pending:
+            src.pending = []
         if m.confirmed:
             jk = (kind, job)
-            self._jobs.pop(jk, None)
-            self._jobs[jk] = m
-            while len(self._jobs) > self.max_jobs:
-                self._jobs.popitem(last=False)
+            jobs = self._jobs
+            if jk in jobs:
+                jobs[jk] = m
+                jobs.move_to_end(jk)
+            else:
+                jobs[jk] = m
+                while len(jobs) > self.max_jobs:
+                    jobs.popitem(last=False)
 
     @staticmethod
     def _disagrees(
