@@ -8,7 +8,9 @@ one :class:`~argus.detectors.l2.GroupWindow` object per group:
   ``[w for b in batches for w in b.windows()]`` sorted by (kind, id) are exactly
   :func:`argus.detectors.inputs.group_windows` of the same records; :func:`cell_batches`
   the same of the step cells (:data:`Cell`, phases as tuples) the roles store, read as they
-  are (no phase dicts, the self time one numpy pass per phase layout);
+  are (no phase dicts, the self time one numpy pass per phase layout); a step whose cells
+  have the ranks, coords and phase layouts of an earlier one reuses that step's plan (where
+  each value goes), so a rank block's later steps only read and place their values;
 * :func:`join_steps` - batches of the last few steps -> the sliding window's batches
   (concatenated along steps), or None when a group changed shape (the caller then merges
   windows the general way);
@@ -69,6 +71,8 @@ class Topology:
         self._kind: dict[tuple[str, str], str] = {}
         self._layout: dict[tuple[tuple[str, str], ...], _Layout] = {}
         self._layouts = 0
+        # one step's cells (ranks, coords, layouts in order) -> where their values go
+        self._plans: dict[tuple[Any, ...], _CellPlan] = {}
 
     def kind_of(self, name: str, stream_kind: str) -> str:
         k = self._kind.get((name, stream_kind))
@@ -344,13 +348,154 @@ def cell_batches(
 
     Cells of one phase layout and one coords share their routing (computed once); a rank's
     step seen twice, or a phase name twice in one cell, takes the general path (cells
-    summed one at a time, :func:`cell_records`).
+    summed one at a time, :func:`cell_records`). The cells of one step whose ranks, coords
+    and phase layouts (in order) are those of an earlier call reuse its plan (:class:`_CellPlan`:
+    where each value goes), so a rank block's steps after its first only read their values.
 
     Raises
     ------
     DetectorInputError
         A phase with a negative or missing duration.
     """
+    read = _step_values(cells, topo, self_time) if cells else None
+    if read is not None:
+        plan = topo._plans.get(read.key)
+        if plan is not None:
+            return plan.batches(job, cells, read)
+    out, made = _cell_batches(cells, topo, job=job, self_time=self_time, plan=read is not None)
+    if read is not None and made is not None:
+        if len(topo._plans) >= _MAX_PLANS:
+            topo._plans.pop(next(iter(topo._plans)))
+        topo._plans[read.key] = made
+    return out
+
+
+_MAX_PLANS = 64  # plans a Topology keeps (a worker's rank blocks, a few layouts each)
+
+
+@dataclass(frozen=True)
+class _StepValues:
+    """What :func:`_step_values` read of one step's cells: the plan key, the entries'
+    values (ns, self times applied: ``cell_batches``' ``e_v``), each cell's start and end ns,
+    and the step."""
+
+    key: tuple[Any, ...]
+    val: np.ndarray
+    a: np.ndarray
+    b: np.ndarray
+    step: int
+
+
+def _step_values(cells: Sequence[Cell], topo: Topology, self_time: bool) -> _StepValues | None:
+    """One pass over the cells of one step: their plan key and values; None where a plan
+    cannot apply (several steps, a step outside ``[0, 2**32)``, a missing or negative
+    duration, unhashable coords: the general path decides)."""
+    step = cells[0][1]
+    if not 0 <= step < 1 << 32:
+        return None
+    key: list[Any] = [self_time]
+    e_v: list[float] = []
+    a_s: list[int] = []
+    b_s: list[int] = []
+    nest: dict[int, tuple[_Layout, list[int], list[list[Any]], list[Any]]] = {}
+    for rk, st, a, b, coords, phases in cells:
+        if st != step:
+            return None
+        lay = topo.layout(tuple([(ph[0], ph[1]) for ph in phases]))
+        durs = [ph[2] for ph in phases]
+        if any(d is None or d < 0 for d in durs):
+            return None
+        key.append((rk, tuple(coords.items()), lay.id))
+        if self_time and lay.p2p and lay.compute:
+            _l, at, starts, ds = nest.get(lay.id) or nest.setdefault(lay.id, (lay, [], [], []))
+            at.append(len(e_v))
+            starts.append([ph[3] if len(ph) > 3 else a for ph in phases])
+            ds.append(durs)
+        e_v.extend([float(d) for d in durs])
+        a_s.append(a)
+        b_s.append(b)
+    try:
+        k = tuple(key)
+        hash(k)
+    except TypeError:
+        return None
+    val = np.array(e_v, dtype=np.float64)
+    for lay_n, at, starts, ds in nest.values():
+        _self_times(val, lay_n, at, starts, ds)
+    return _StepValues(
+        k, val, np.array(a_s, dtype=np.int64), np.array(b_s, dtype=np.int64), int(step)
+    )
+
+
+@dataclass(frozen=True)
+class _BatchPlan:
+    """One output batch of a plan: its fixed fields, and where the values of a step go.
+
+    ``src``/``dst``: entries (of ``_StepValues.val``) and their flat positions in the
+    (G, R, 1, P) durations; ``it_cell``/``it_dst``: cells and their flat positions in the
+    (G, R, 1) iteration times; ``sp_cell``/``sp_slot``: (cell, group) pairs of the spans;
+    ``coords_cell``: per group the cell whose coords it keeps."""
+
+    kind: str
+    group_ids: tuple[str, ...]
+    ranks: np.ndarray
+    phases: tuple[str, ...]
+    stream_kinds: tuple[str, ...]
+    shape: tuple[int, int, int, int]
+    src: np.ndarray
+    dst: np.ndarray
+    it_cell: np.ndarray
+    it_dst: np.ndarray
+    sp_cell: np.ndarray
+    sp_slot: np.ndarray
+    coords_cell: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class _CellPlan:
+    """Where one step's cell values go in :func:`cell_batches`' output, for cells of the
+    same ranks, coords and phase layouts in the same order (made by the general loop)."""
+
+    parts: tuple[_BatchPlan, ...]
+
+    def batches(self, job: str, cells: Sequence[Cell], read: _StepValues) -> list[GroupBatch]:
+        it_all = (read.b - read.a).astype(np.float64)
+        steps = np.array([read.step], dtype=np.int64) & 0xFFFFFFFF
+        out: list[GroupBatch] = []
+        for bp in self.parts:
+            g, r, _s, p = bp.shape
+            d = np.full(g * r * p, np.nan)
+            d[bp.dst] = read.val[bp.src]
+            it = np.full(g * r, np.nan)
+            it[bp.it_dst] = it_all[bp.it_cell]
+            start = np.full(g, np.iinfo(np.int64).max, dtype=np.int64)
+            end = np.full(g, np.iinfo(np.int64).min, dtype=np.int64)
+            np.minimum.at(start, bp.sp_slot, read.a[bp.sp_cell])
+            np.maximum.at(end, bp.sp_slot, read.b[bp.sp_cell])
+            out.append(
+                GroupBatch(
+                    job=job,
+                    group_kind=bp.kind,
+                    group_ids=bp.group_ids,
+                    ranks=bp.ranks.copy(),
+                    steps=steps,
+                    phases=bp.phases,
+                    stream_kinds=bp.stream_kinds,
+                    durations_ns=d.reshape(bp.shape),
+                    iter_ns=it.reshape(g, r, 1),
+                    start_ns=start,
+                    end_ns=end,
+                    coords=tuple(cells[i][4] for i in bp.coords_cell),
+                )
+            )
+        return out
+
+
+def _cell_batches(
+    cells: Sequence[Cell], topo: Topology, *, job: str, self_time: bool, plan: bool
+) -> tuple[list[GroupBatch], _CellPlan | None]:
+    """:func:`cell_batches` by the loop over cells; and its plan, when ``plan`` and the
+    loop's fast path made the output (a single step's cells, checked by the caller)."""
     groups = _Groups()
     cols: tuple[list[int], list[int], list[int], list[str], list[float]] = ([], [], [], [], [])
     e_g, e_r, e_s, e_p, e_v = cols
@@ -360,11 +505,13 @@ def cell_batches(
     # layout id -> its cells' first entries, phase starts and durations (ns): the self time
     nest: dict[int, tuple[_Layout, list[int], list[list[Any]], list[Any]]] = {}
     gidx, iters, span = groups.idx, groups.iters, groups.span
+    dists: list[list[int]] = []  # per cell its groups (the plan's input)
     for rk, st, a, b, coords, phases in cells:
         gids = topo.gids(coords)
         lay = topo.layout(tuple([(ph[0], ph[1]) for ph in phases]))
         if lay.repeats or (rk, st) in done:
-            return _group_batches(cell_records(job, cells), topo, job=job, self_time=self_time)
+            recs = cell_records(job, cells)
+            return _group_batches(recs, topo, job=job, self_time=self_time), None
         done.add((rk, st))
         dist: list[int] = []  # the record's group per kind of its layout
         for kind in lay.kinds:
@@ -378,7 +525,8 @@ def cell_batches(
                         phase_kind[(gi, name)] = sk
         durs = [ph[2] for ph in phases]
         if any(d is None or d < 0 for d in durs):  # the general path raises
-            return _group_batches(cell_records(job, cells), topo, job=job, self_time=self_time)
+            recs = cell_records(job, cells)
+            return _group_batches(recs, topo, job=job, self_time=self_time), None
         n = len(durs)
         e_g.extend([dist[j] for j in lay.slot])
         e_r.extend([rk] * n)
@@ -390,6 +538,8 @@ def cell_batches(
             starts.append([ph[3] if len(ph) > 3 else a for ph in phases])
             ds.append(durs)
         e_v.extend([float(d) for d in durs])
+        if plan:
+            dists.append(dist)
         it = float(b - a)
         for gi in dist:  # groups.saw(gi, rk, st, a, b)
             iters[(gi, rk, st)] = it
@@ -399,13 +549,56 @@ def cell_batches(
             if b > sp[1]:
                 sp[1] = b
     if not e_v:
-        return []
+        return [], None
+    rec: list[tuple[Any, ...]] | None = [] if plan else None
     if nest:
         val = np.array(e_v, dtype=np.float64)
         for lay_n, at, starts, ds in nest.values():
             _self_times(val, lay_n, at, starts, ds)
-        return _assemble(job, groups, (e_g, e_r, e_s, e_p, val), phase_kind)
-    return _assemble(job, groups, cols, phase_kind)
+        out = _assemble(job, groups, (e_g, e_r, e_s, e_p, val), phase_kind, rec)
+    else:
+        out = _assemble(job, groups, cols, phase_kind, rec)
+    if rec is None:
+        return out, None
+    return out, _make_plan(out, rec, dists, [c[0] for c in cells])
+
+
+def _make_plan(
+    out: list[GroupBatch],
+    rec: list[tuple[Any, ...]],
+    dists: list[list[int]],
+    ranks: list[int],
+) -> _CellPlan:
+    """The plan of one step's output ``out``: ``rec`` (per batch, from :func:`_assemble`:
+    its groups, its entries and their flat positions, its iteration times' ranks and flat
+    positions), ``dists`` (per cell its groups) and the cells' ranks."""
+    cell_of = {rk: i for i, rk in enumerate(ranks)}
+    cells_of: dict[int, list[int]] = {}  # group -> its cells, in cell order
+    for c, dist in enumerate(dists):
+        for gi in dist:
+            cells_of.setdefault(gi, []).append(c)
+    parts = []
+    for b, (members, src, dst, it_ranks, it_dst) in zip(out, rec, strict=True):
+        sp_cell = [c for gi in members for c in cells_of[gi]]
+        sp_slot = [k for k, gi in enumerate(members) for _c in cells_of[gi]]
+        parts.append(
+            _BatchPlan(
+                kind=b.group_kind,
+                group_ids=b.group_ids,
+                ranks=b.ranks.copy(),
+                phases=b.phases,
+                stream_kinds=b.stream_kinds,
+                shape=(b.durations_ns.shape[0], b.durations_ns.shape[1], 1, len(b.phases)),
+                src=src,
+                dst=dst,
+                it_cell=np.array([cell_of[int(rk)] for rk in it_ranks], dtype=np.int64),
+                it_dst=it_dst,
+                sp_cell=np.array(sp_cell, dtype=np.int64),
+                sp_slot=np.array(sp_slot, dtype=np.int64),
+                coords_cell=tuple(cells_of[gi][0] for gi in members),
+            )
+        )
+    return _CellPlan(tuple(parts))
 
 
 def _self_times(
@@ -480,8 +673,12 @@ def _assemble(
     met: _Groups,
     cols: tuple[list[int], list[int], list[int], list[str], list[float] | np.ndarray],
     phase_kind: dict[tuple[int, str], str],
+    rec: list[tuple[Any, ...]] | None = None,
 ) -> list[GroupBatch]:
-    """The arrays of :func:`group_batches` from its cells (numpy, no loop over cells)."""
+    """The arrays of :func:`group_batches` from its cells (numpy, no loop over cells);
+    ``rec``: a list that gets, per batch, its groups, its entries and their flat positions
+    in the durations, the ranks of its iteration times and their flat positions (a plan's
+    input, :func:`_make_plan`)."""
     gidx, g_coords, g_span, iters = met.idx, met.coords, met.span, met.iters
     names: list[str] = sorted(set(cols[3]))
     name_id = {n: i for i, n in enumerate(names)}
@@ -550,7 +747,20 @@ def _assemble(
         isel = batch_of[ie[:, 0]] == bi
         ig = ie[isel, 0]
         ir = np.searchsorted(r_u, (ig << 32) | ie[isel, 1]) - r_first[ig]
-        it[slot[ig], ir, np.searchsorted(steps, ie[isel, 2])] = iv[isel]
+        it_at = (slot[ig], ir, np.searchsorted(steps, ie[isel, 2]))
+        it[it_at] = iv[isel]
+        if rec is not None:
+            src = np.flatnonzero(sel)
+            e_at = (slot[g[src]], r_pos[src], s_pos[src], p_pos[src])
+            rec.append(
+                (
+                    members,
+                    src,
+                    np.ravel_multi_index(e_at, d.shape),
+                    ie[isel, 1],
+                    np.ravel_multi_index(it_at, it.shape),
+                )
+            )
         out.append(
             GroupBatch(
                 job=job,

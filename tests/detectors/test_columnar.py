@@ -153,6 +153,67 @@ def test_cells_as_stored_equal_group_windows_and_receive_rows() -> None:
         cell_batches(bad, topo, job=job)
 
 
+def _batch_fields(b: Any) -> tuple[Any, ...]:
+    return (
+        b.job,
+        b.group_kind,
+        b.group_ids,
+        b.ranks.tolist(),
+        b.ranks.dtype,
+        b.steps.tolist(),
+        b.steps.dtype,
+        b.phases,
+        b.stream_kinds,
+        np.nan_to_num(b.durations_ns, nan=-1.0).tolist(),
+        b.durations_ns.shape,
+        np.nan_to_num(b.iter_ns, nan=-1.0).tolist(),
+        b.start_ns.tolist(),
+        b.end_ns.tolist(),
+        b.start_ns.dtype,
+        b.coords,
+    )
+
+
+def test_a_step_like_an_earlier_one_reuses_its_plan_and_gives_the_same_batches() -> None:
+    """The cells of a step with the ranks, coords and phase layouts of an earlier step go
+    through that step's plan: the same batches as a fresh Topology's loop over them, field
+    by field (a missing cell, a NaN-free self time, other layouts in between)."""
+    recs = _steps("pp-stage-straggler", 32, 5)
+    job = recs[0]["job"]
+
+    def cells_of(step: int, drop: int | None = None, short: int | None = None) -> list[Cell]:
+        out: list[Cell] = []
+        for r in recs:
+            if r["step"] != step or r["rank"] == drop:
+                continue
+            ph = [
+                (p["name"], p["stream_kind"], p["duration_ns"], p["start_ns"]) for p in r["phases"]
+            ]
+            if r["rank"] == short:
+                ph = ph[1:]
+            out.append((r["rank"], step, r["start_ns"], r["end_ns"], r["coords"], ph))
+        return out
+
+    topo = Topology(Routing.default())
+    for self_time in (True, False):
+        steps = [
+            cells_of(0),
+            cells_of(1),  # the plan of step 0
+            cells_of(2, drop=5),  # another key: the loop, then its plan
+            cells_of(3, drop=5),
+            cells_of(4, short=7),
+        ]
+        for cells in steps:
+            got = cell_batches(cells, topo, job=job, self_time=self_time)
+            fresh = cell_batches(cells, Topology(Routing.default()), job=job, self_time=self_time)
+            assert [_batch_fields(b) for b in got] == [_batch_fields(b) for b in fresh]
+    assert len(topo._plans) == 6  # three keys, with and without the self time
+    again = cell_batches(cells_of(1), topo, job=job)
+    assert [_batch_fields(b) for b in again] == [
+        _batch_fields(b) for b in cell_batches(cells_of(1), Topology(Routing.default()), job=job)
+    ]
+
+
 def _old_json(b: Any) -> dict[str, Any]:
     """A batch in the form before one buffer (lists and two base64 float64 arrays)."""
     import base64
