@@ -15,6 +15,11 @@ doing the same work, i.e. DP replicas at the same PP stage / TP rank / CP rank) 
   -> ``group_divergence`` findings naming a group (paper case 2) when the group is slower
   and its ranks (all, or all but one) are among the scope's slowest beyond chance over the
   groups compared.
+
+A block's (scope, kernel) cells are judged in stacked passes: all their quantile matrices in
+one call, then cells of the same rank count screened together; only the few cells that may
+name something run the per-cell functions above, so the findings are theirs, bit for bit
+(``detect_window(..., stacked=False)`` runs every cell on its own).
 """
 
 from __future__ import annotations
