@@ -22,6 +22,7 @@ from argus.summaries.kde import (
     summarize_blocks,
     summarize_many,
 )
+from argus.summaries.quantile_wire import encode_log16
 
 CONFIGS = [
     PAPER,
@@ -162,3 +163,31 @@ def test_batches_any_stream_numbering(scale: int) -> None:
         gs = np.frombuffer(a.pop("group_stream"), "<u4").astype(np.int64)
         assert np.frombuffer(b.pop("group_stream"), "<u4").tolist() == (scale * gs + 1).tolist()
         assert a == b
+
+
+@pytest.mark.parametrize("cfg", [PAPER, COMPACT], ids=lambda c: c.method)
+def test_batches_equal_the_kde_core(cfg: kde.KdeConfig) -> None:
+    """Each record of a poll, against ``summarize_many`` of its own events (int64 durations,
+    one group per (kernel id, stream)): the poll's numbering, float durations and trusted
+    call of the KDE give the core's groups, counts and quantile bits."""
+    recs = _records(11)
+    done = sr.SummarizedBatches(recs, config=cfg)
+    for i, r in enumerate(recs):
+        names, idx, stream, dur = sr.batch_columns(r)
+        kids = np.array([kernel_id(n) for n in names], np.uint64)
+        key = (kids[idx] << np.uint64(32)) | stream.astype(np.uint64)
+        ids, label = np.unique(key, return_inverse=True)
+        many = summarize_many(label.reshape(-1), dur, config=cfg)
+        got = done.record(i)
+        gk = np.frombuffer(got["group_kernel"], "<u4").astype(np.uint64)
+        gs = np.frombuffer(got["group_stream"], "<u4").astype(np.uint64)
+        assert ((gk << np.uint64(32)) | gs).tolist() == ids[many.group_ids].tolist()
+        assert got["cluster_count"] == many.cluster_count.astype("<u4").tobytes()
+        assert got["n_events"] == int(many.group_n.sum())
+        q = many.cluster_quantiles_ns
+        if cfg.quantile_encoding == "log16":
+            med, off = encode_log16(q, many.quantile_levels)
+            assert got["cluster_quantiles_ns"] == med.astype("<f4").tobytes()
+            assert got["cluster_log_offsets"] == off.astype("<i2").tobytes()
+        else:
+            assert got["cluster_quantiles_ns"] == q.astype("<f4").tobytes()
