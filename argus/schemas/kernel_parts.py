@@ -289,6 +289,8 @@ class PartAssembler:
             the window's earlier parts.
         """
         part, parts = _part_of(batch)
+        if parts == 1 and not self._by_rank:  # nothing open: a whole window passes through
+            return batch, []
         job, rank, window = str(batch["job"]), int(batch["rank"]), int(batch["window_id"])
         key = (job, rank, window)
         given_up: list[Incomplete] = []
