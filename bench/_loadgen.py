@@ -118,8 +118,11 @@ class Stack:
 
 
 def split_roles(split: int) -> Sequence[tuple[str, ...]]:
-    """Role sets of the worker processes: 2 = steps | compressor+l3; 3 = steps | compressor | l3."""
-    return SPLIT if split == 2 else (SPLIT[0], ("compressor",), ("l3",))
+    """Role sets of the worker processes: 2 = steps | compressor+l3; 3 = steps | compressor | l3;
+    4 = steps | compressor | l3 | l3 (two L3 processes in one consumer group share the scopes)."""
+    if split == 2:
+        return SPLIT
+    return (SPLIT[0], ("compressor",), *[("l3",)] * (split - 2))
 
 
 def start_stack(

@@ -305,7 +305,8 @@ def load(
                 )
             )
             print(
-                f"  t={samples[-1][0]:6.0f} s step {step}: lag steps={samples[-1][1]:.0f} kernels={samples[-1][2]:.0f}",
+                f"  t={samples[-1][0]:6.0f} s step {step}: lag steps={samples[-1][1]:.0f}"
+                f" kernels={samples[-1][2]:.0f}; not yet delivered by the generator {len(prod)}",
                 flush=True,
             )
         if profile and step == n_steps // 2:
@@ -341,6 +342,16 @@ def load(
         _lag(workers, "steps"),
         _lag(workers, "compressor", "l3"),
     )
+    for w in workers:  # how the kernel windows closed, and L3's time judging blocks
+        if "l3" not in w.roles:
+            continue
+        how = {
+            h: metric(w, "argus_windows_closed_total", role="l3", how=h)
+            for h in ("complete", "timeout", "incomplete")
+        }
+        n = metric(w, "argus_detector_seconds_count", level="L3")
+        t = metric(w, "argus_detector_seconds_sum", level="L3")
+        print(f"  L3 windows closed {how}; {n:.0f} blocks judged, {t:.1f} s in detection")
     for w in workers:
         w.stop()
     if watch is not None:
@@ -430,9 +441,10 @@ def main() -> None:
     ap.add_argument(
         "--split",
         type=int,
-        choices=(2, 3),
+        choices=(2, 3, 4),
         default=2,
-        help="worker processes (--load): 2 = steps | compressor+l3; 3 = steps | compressor | l3",
+        help="worker processes (--load): 2 = steps | compressor+l3; 3 = steps | compressor | l3;"
+        " 4 = steps | compressor | l3 | l3",
     )
     ap.add_argument(
         "--steps-workers",
