@@ -200,6 +200,7 @@ def load(
     steps_workers: int = 0,
     faulty: bool = False,
     nice_kernels: int = 0,
+    layout: str | None = None,
 ) -> None:
     """R ranks at 15 steps/min, ``events`` kernel events per rank-step; lag must not grow.
 
@@ -213,6 +214,8 @@ def load(
     step; L3: of its block's last kernel batches), the issue's p95 bars (L2 <= 5 s, L3 <= 60 s).
     ``nice_kernels`` > 0: the compressor and L3 processes (every thread) run at that nice
     value, so on a shared host the step roles (L2's latency) and the broker go first.
+    ``layout``: the job's layout (``dp=..,tp=..,pp=..,ep=..,cp=..``) instead of
+    ``Layout.for_ranks(ranks)`` (e.g. larger L3 scopes at a lower rate).
     """
     from argus.schemas import Codec
     from argus.schemas.arrays import pack, unpack
@@ -229,7 +232,7 @@ def load(
                 _renice(w.proc.pid, nice_kernels)
     s, prefix, workers, broker_pid = st.settings, st.prefix, st.workers, st.broker_pid
     tmp = st.log_dir
-    lay = Layout.for_ranks(ranks)
+    lay = Layout.parse(layout) if layout else Layout.for_ranks(ranks)
     if faulty:  # the straggler's onset at step 3 (a 12-step scenario's), the run as long as any
         sc = build("compute-straggler", lay, 12, 3)
         run = SimRun(sc, lay, 10_000, 3, f"load-{ranks}", False, 1)
@@ -470,6 +473,7 @@ def main() -> None:
         default=0,
         help="--load: run the compressor and L3 processes at this nice value (steps first)",
     )
+    ap.add_argument("--layout", help="--load: the job's layout, e.g. dp=128,tp=1,pp=2,ep=4,cp=1")
     args = ap.parse_args()
     if args.load:
         load(
@@ -482,6 +486,7 @@ def main() -> None:
             args.steps_workers,
             args.faulty,
             args.nice_kernels,
+            args.layout,
         )
     else:
         kern = {"on": (True,), "off": (False,), "both": (True, False)}[args.kernels]
