@@ -51,6 +51,7 @@ LOAD_ENV = {  # the workers' settings under sustained load
     "ARGUS_STREAMS__FUNNEL_GRACE_S": "5",
     "ARGUS_STREAMS__FUNNEL_IDLE_S": "10",
     "ARGUS_STREAMS__IDLE_CLOSE_S": "8",
+    "ARGUS_STREAMS__INTERNAL_RETENTION_S": "900",  # re-key topics: 15 min (disk, as below)
 }
 
 Step = tuple[str, str, dict[str, Any]]  # (record type, key, record) from argus.sim.simulate
@@ -117,6 +118,35 @@ class Stack:
     log_dir: Path
 
 
+#: A load run's kernel topics keep 15 minutes (the product's 6 h of ``raw.kernels`` at 4,096
+#: ranks, ~30 MB/s after lz4, filled this VM's disk 19 minutes into a 30-minute run).
+BENCH_RETENTION_MS = 15 * 60 * 1000
+
+
+def _cap_retention(s: Settings, prefix: str) -> None:
+    """Cap the retention of the run's ``raw.kernels`` and ``summary.kernels`` at
+    :data:`BENCH_RETENTION_MS` (segments rolled every minute, so it applies)."""
+    from confluent_kafka.admin import (
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ResourceType,
+    )
+
+    entries = [
+        ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET)
+        for k, v in (("retention.ms", str(BENCH_RETENTION_MS)), ("segment.ms", "60000"))
+    ]
+    res = [
+        ConfigResource(ResourceType.TOPIC, f"{prefix}.{t}", incremental_configs=entries)
+        for t in ("raw.kernels", "summary.kernels")
+    ]
+    admin = AdminClient(s.kafka_config())  # held: its futures die with the handle
+    for fut in admin.incremental_alter_configs(res).values():
+        fut.result(timeout=30)
+
+
 def split_roles(split: int) -> Sequence[tuple[str, ...]]:
     """Role sets of the worker processes: 2 = steps | compressor+l3; 3 = steps | compressor | l3;
     4 = steps | compressor | l3 | l3 (two L3 processes in one consumer group share the scopes)."""
@@ -138,6 +168,7 @@ def start_stack(
     broker_pid = LocalBroker(s).up().pid
     prefix = f"{stem}{int(time.time())}"
     create_topics(s, prefix=prefix, partitions=partitions)
+    _cap_retention(s, prefix)
     tmp = Path(tempfile.mkdtemp())
     workers = [
         WorkerProcess(
