@@ -24,6 +24,7 @@ from argus.config import Settings, load_settings
 from argus.kafka.admin import create_topics
 from argus.kafka.local import LocalBroker
 from argus.schemas import Codec
+from argus.schemas.step_body import avro_long
 from argus.streams.local_run import WorkerProcess
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "tests" / "pipeline"))
@@ -57,17 +58,6 @@ LOAD_ENV = {  # the workers' settings under sustained load
 Step = tuple[str, str, dict[str, Any]]  # (record type, key, record) from argus.sim.simulate
 
 
-def _varint(n: int) -> bytes:
-    """Avro's zigzag varint of a long."""
-    z = ((n << 1) ^ (n >> 63)) & 0xFFFFFFFFFFFFFFFF
-    out = bytearray()
-    while z > 0x7F:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
-
-
 class BatchTemplate:
     """One rank's ``kernel_batch`` encoded once; each window's bytes patch in its
     ``window_id``, ``window_start_ns`` and ``window_end_ns`` (consecutive longs in the schema).
@@ -91,7 +81,7 @@ class BatchTemplate:
     def encode(self, window_id: int, start_ns: int, end_ns: int) -> bytes:
         """The record's bytes for one window (as ``Codec.encode`` would frame them)."""
         return b"".join(
-            (self._head, _varint(window_id), _varint(start_ns), _varint(end_ns), self._tail)
+            (self._head, avro_long(window_id), avro_long(start_ns), avro_long(end_ns), self._tail)
         )
 
 
