@@ -17,6 +17,7 @@ kind and shape instead of one ``detect`` per group (~1,000 a step at 1,024 ranks
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -94,9 +95,77 @@ def _screen_stragglers(
         cost = np.where(cnt >= 2, (tot - mx) / (cnt - 1), np.where(cnt == 1, tot, np.nan))
         mean_cost = tot / cnt
     gate_r = gate[:, None, :]
-    material = _ge(cost, gate_r).any(axis=(1, 2))
     may_burst = (_ge(mean_cost, gate_r).any(axis=1) & ~collective[None] & (n >= 3)).any(axis=1)
-    return np.asarray(material | may_burst, dtype=bool)
+    # the family: ranks that could reach the gate on each step's largest excess (``tested``)
+    best = np.where(valid, excess, -np.inf).max(axis=1)  # (G, S, P)
+    bt = np.where(valid, best[:, None], 0.0).sum(axis=2)
+    bm = np.where(valid, best[:, None], -np.inf).max(axis=2)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        bound = np.where(cnt >= 2, (bt - bm) / (cnt - 1), np.where(cnt == 1, bt, np.nan))
+    candidate = _ge(cost, gate_r) & _ge(bound, gate_r)  # (G, R, P), a superset of detect's
+    with np.errstate(invalid="ignore"):
+        n_tests = (bound >= gate_r + (_REL * np.abs(gate_r) + _ABS)).sum(axis=(1, 2))  # low
+    flag = may_burst.copy()
+    todo = np.flatnonzero(candidate.any(axis=(1, 2)) & ~flag)
+    if todo.size:
+        flag[todo] = _may_pass_holm(
+            dd[todo],
+            ref[todo],
+            valid[todo],
+            candidate[todo],
+            pair[todo],
+            n_tests[todo],
+            sign,
+            cfg,
+        )
+    return np.asarray(flag, dtype=bool)
+
+
+_SLACK_K = 1e-11  # score units: a cell this near a quantisation step may round either way
+_SLACK_P = 1e-6  # relative: p-values and levels (a convolution's rounding is ~1e-12)
+
+
+def _may_pass_holm(
+    dd: np.ndarray,
+    ref: np.ndarray,
+    valid: np.ndarray,
+    candidate: np.ndarray,
+    pair: np.ndarray,
+    n_tests: np.ndarray,
+    sign: np.ndarray,
+    cfg: L2Config,
+) -> np.ndarray:
+    """(G,) bool: groups where some candidate may pass ``l2._judge``'s Holm step.
+
+    A rank's exceedance p (:func:`argus.detectors.l2.exceedance_p`) is at least
+    ``prod_s c_s / n_s``: the chance that every step deals it a score at least its own
+    (``c_s`` of the step's ``n_s`` valid scores are). A group is ruled out when every
+    candidate's bound exceeds its Holm level ``max(alpha / n_tests, floor)`` (the first
+    level Holm compares with, ``n_tests`` counted low, so the level high) or its floor
+    exceeds :data:`argus.detectors.l2.MAX_FLOOR`. The scores are ``l2._quantise``'s, of the
+    same log ratios; a group with a valid cell within ``_SLACK_K`` of a score step, or a
+    candidate in a pair phase (judged on ``pair_ratio``), is kept.
+
+    Shapes: ``dd`` (G, R, S, P) judged durations (NaN: not judged), ``ref`` (G, S, P)
+    references, ``valid`` (G, R, S, P), ``candidate`` (G, R, P), ``pair`` (G, P),
+    ``n_tests`` (G,), ``sign`` (P,) (-1 for collectives).
+    """
+    c = math.log(cfg.outlier_ratio)
+    e = l2._log_ratios(dd, ref[:, None]) * sign
+    y = np.clip(np.nan_to_num(e, nan=0.0), -c, c) * (l2.SCORE_LEVELS / c) + 1e-9
+    k = np.clip(np.floor(y), -l2.SCORE_LEVELS, l2.SCORE_LEVELS)
+    edge = (np.abs(y - np.round(y)) < _SLACK_K) & valid  # (G, R, S, P)
+    ns = valid.sum(axis=1)  # (G, S, P)
+    ge = (k[:, None] >= k[:, :, None]) & valid[:, None]  # (G, r, q, S, P): q's score >= r's
+    cnt = ge.sum(axis=2)  # (G, R, S, P)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        p_lb = np.where(valid, cnt / ns[:, None], 1.0).prod(axis=2)  # (G, R, P)
+        floor = np.where(valid, 1.0 / ns[:, None], 1.0).prod(axis=2)
+    level = np.fmax(cfg.alpha / np.maximum(n_tests, 1)[:, None, None], floor)
+    may = (floor <= l2.MAX_FLOOR * (1.0 + _SLACK_P)) & (p_lb <= level * (1.0 + _SLACK_P))
+    may |= pair[:, None, :]
+    may |= edge.any(axis=(1, 2))[:, None, :]  # (G, P): every rank's scores count
+    return np.asarray((candidate & may).any(axis=(1, 2)), dtype=bool)
 
 
 def _screen_spikes(d: np.ndarray, it: np.ndarray, own_ph: np.ndarray, cfg: L2Config) -> np.ndarray:
