@@ -403,8 +403,10 @@ def build_app(
     for dynamic membership (:func:`argus.streams.static_membership.resolve`).
     """
     from argus.detectors.config import DetectorsConfig
+    from argus.malloc import no_numpy_hugepages
     from argus.streams import static_membership
 
+    no_numpy_hugepages()  # a worker's large arrays in 4 KB pages (argus.malloc)
     roles = sorted(set(roles))
     bad = [r for r in roles if r not in ROLES]
     if bad or not roles:

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -53,3 +54,71 @@ def test_kept_blocks_spare_the_page_faults_of_each_temporary() -> None:
 def test_an_operators_malloc_environment_wins() -> None:
     got = _run("kept", {"MALLOC_TRIM_THRESHOLD_": "1000000"})
     assert got["on"] is False
+
+
+# In a fresh interpreter: the advice's state after no_numpy_hugepages, and the minor page
+# faults of writing a fresh 64 MB array (16,384 pages of 4 KB; 32 faults in huge pages).
+_HUGE_CHILD = """
+import json, resource
+import numpy as np
+from numpy._core.multiarray import _set_madvise_hugepage
+from argus.malloc import no_numpy_hugepages
+off = no_numpy_hugepages()
+advice = _set_madvise_hugepage(False)  # returns the state it replaces
+_set_madvise_hugepage(advice)
+f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+a = np.empty(8 << 20)
+a[:] = 1.0
+print(json.dumps({"off": off, "advice": advice,
+                  "faults": resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0}))
+"""
+
+
+def _huge(env: dict[str, str | None]) -> dict[str, Any]:
+    out = subprocess.run(
+        [sys.executable, "-c", _HUGE_CHILD],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={k: v for k, v in {**os.environ, **env}.items() if v is not None},
+    )
+    got: dict[str, Any] = json.loads(out.stdout)
+    return got
+
+
+def _thp_mode() -> str:
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+            return f.read().split("[")[1].split("]")[0]
+    except (OSError, IndexError):
+        return "none"
+
+
+def test_workers_take_large_arrays_in_small_pages() -> None:
+    got = _huge({"NUMPY_MADVISE_HUGEPAGE": None})
+    assert got["off"] is True and got["advice"] is False
+    if _thp_mode() == "madvise":  # huge pages only where advised: none were
+        assert got["faults"] > 15_000
+
+
+def test_an_operators_numpy_hugepage_choice_wins() -> None:
+    got = _huge({"NUMPY_MADVISE_HUGEPAGE": "1"})
+    assert got["off"] is False and got["advice"] is True
+    if _thp_mode() == "madvise":  # advised: the array came in huge pages
+        assert got["faults"] < 2_000
+
+
+def test_build_app_turns_the_advice_off() -> None:
+    from numpy._core.multiarray import _set_madvise_hugepage
+
+    from argus.config import load_settings
+    from argus.streams.app import build_app
+
+    before = _set_madvise_hugepage(True)
+    try:
+        if "NUMPY_MADVISE_HUGEPAGE" in os.environ:
+            pytest.skip("the operator's NUMPY_MADVISE_HUGEPAGE decides")
+        build_app(load_settings(), ["l3"])
+        assert _set_madvise_hugepage(True) is False
+    finally:
+        _set_madvise_hugepage(before)
