@@ -31,12 +31,13 @@ from argus.streams.pipeline_config import PipelineConfig
 from argus.streams.roles.funnel import Funnel
 from argus.streams.roles.l3 import L3Windows, route_summary
 from argus.streams.roles.steps import JobSteps, StepBlocks, route_step
-from argus.summaries.summary_record import batch_columns, summarize_batch, summarize_batches
+from argus.summaries.summary_record import SummarizedBatches, batch_columns, summarize_batch
 
 __all__ = ["EngineResult", "batch_summaries", "batches_summaries", "replay_stream", "run_engine"]
 
 _IDLE_ROUNDS = 100_000  # funnel idle periods at most, at the end of the input
 _CHUNK_EVENTS = 1 << 16  # kernel events per summarize_batches call: its arrays stay in cache
+_REANNOUNCE = 32  # windows between a rank's full name announcements, as the live compressor
 
 
 class _Topic:
@@ -248,7 +249,10 @@ def run_engine(
 
     Kernel batches are compressed as the live compressor does (:func:`batches_summaries`:
     many windows per :func:`~argus.summaries.summary_record.summarize_batches` call, each
-    summary equal to ``summarize_batch``'s), the parts of a split window
+    summary equal to ``summarize_batch``'s; each rank's kernel names announced in its first
+    window and again every ``_REANNOUNCE`` windows, as the live compressor announces them:
+    the L3 role keeps a scope's names in its ``l3-names`` table, restarts included), the
+    parts of a split window
     merged first (:func:`argus.schemas.kernel_parts.assemble`; a window missing parts is
     listed in ``rejected``, as the compressor sends it to the DLQ); summaries are used as
     they are.
@@ -257,7 +261,7 @@ def run_engine(
     ctx = _MemoryCtx(detectors or DetectorsConfig(), pcfg or PipelineConfig())
     whole, incomplete = _whole_windows(kernel_batches)
     ctx.rejected.extend(str(w.error()) for w in incomplete)
-    made = batches_summaries(whole)
+    made = batches_summaries(whole, announce_every=_REANNOUNCE)
     summaries = made + [dict(s) for s in kernel_summaries]
     eng = _Engine(ctx, funnel=funnel)
     eng.restarts = restart_every > 0
@@ -308,12 +312,20 @@ def batch_summaries(rec: Mapping[str, Any], kde_config: Any = None) -> dict[str,
 
 
 def batches_summaries(
-    recs: Sequence[Mapping[str, Any]], kde_config: Any = None
+    recs: Sequence[Mapping[str, Any]], kde_config: Any = None, *, announce_every: int = 0
 ) -> list[dict[str, Any]]:
     """:func:`batch_summaries` of every record, many per call
     (:func:`~argus.summaries.summary_record.summarize_batches`, about
     ``_CHUNK_EVENTS`` events a call): the same summaries, without the fixed cost of one
     ``summarize_many`` per record (80-event windows of a recorded job: most of the cost).
+
+    ``announce_every`` > 0: the records are taken in event order (job, window id, rank;
+    stable: the order :func:`run_engine` delivers them) and returned in it, and each
+    ``kernel_names`` holds only what the live compressor
+    (:mod:`argus.streams.agents.kernels`) would announce: a rank's names in its first
+    window, its new ids in the window that first uses them, and all of them again every
+    ``announce_every`` windows of the rank. 0: input order, every record names every id it
+    uses (a summary read alone names its kernels).
 
     Raises
     ------
@@ -329,10 +341,27 @@ def batches_summaries(
     chunk: list[Mapping[str, Any]] = []
     cols: list[Any] = []
     events = 0
+    announced: dict[tuple[str, int], set[int]] = {}  # per (job, rank): ids it named
+    since: dict[tuple[str, int], int] = {}  # per (job, rank): windows since its last full one
+    if announce_every > 0:
+        recs = sorted(recs, key=lambda r: (str(r["job"]), int(r["window_id"]), int(r["rank"])))
 
     def flush() -> None:
         nonlocal events
-        out.extend(summarize_batches(chunk, config=kde_config, columns=cols))
+        done = SummarizedBatches(chunk, config=kde_config, columns=cols)
+        if announce_every <= 0:
+            out.extend(done.record(i) for i in range(len(done)))
+        else:
+            for i, b in enumerate(chunk):
+                who = (str(b["job"]), int(b["rank"]))
+                since[who] = since.get(who, 0) + 1
+                if since[who] >= announce_every:  # as the compressor agent's emit
+                    announced.pop(who, None)
+                    since[who] = 0
+                known = announced.setdefault(who, set())
+                rec = done.record(i, announced=known)
+                known.update(n["id"] for n in rec["kernel_names"])
+                out.append(rec)
         chunk.clear()
         cols.clear()
         events = 0
