@@ -48,8 +48,8 @@ from argus.summaries import (
     mixture_quantile_rows,
     summary_columns,
 )
-from argus.summaries.lognormal import mixture_quantile_cells
-from argus.summaries.quantile_wire import decode_log16, median_index
+from argus.summaries.lognormal import mixture_quantile_cells, nondecreasing_rows
+from argus.summaries.quantile_wire import decode_log16_ln, median_index
 
 __all__ = [
     "KernelTable",
@@ -150,7 +150,7 @@ class KernelTable:
                 i,
                 np.full(s.counts.size, keys.setdefault(key, len(keys)), np.int64),
                 s.counts,
-                s.quantiles_ns,
+                log_quantiles(s.quantiles_ns),
                 s.quantile_levels,
             )
             for i, rk in enumerate(by_rank)
@@ -196,12 +196,13 @@ def _union_log_q(
 
 
 class _Block(NamedTuple):
-    """Clusters of one rank from one source: key index (k,), counts (k,), quantiles (k, L) ns."""
+    """Clusters of one rank from one source: key index (k,), counts (k,), ln quantiles (k, L)
+    ln ns, non-decreasing along each row (:func:`log_quantiles`)."""
 
     rank: int
     key: np.ndarray
     counts: np.ndarray
-    quantiles_ns: np.ndarray
+    log_q: np.ndarray
     levels: np.ndarray
 
 
@@ -222,15 +223,15 @@ def _assemble(
         level_sets.setdefault(np.asarray(blk.levels, np.float64).tobytes(), []).append(j)
     if len(level_sets) <= 1:
         levels = np.asarray(blocks[0].levels, np.float64) if blocks else np.array([0.5, 0.99])
-        q = [np.asarray(b.quantiles_ns, np.float64).reshape(-1, levels.size) for b in blocks]
-        log_q = log_quantiles(np.concatenate(q) if q else np.zeros((0, levels.size)))
+        lq = [np.asarray(b.log_q, np.float64).reshape(-1, levels.size) for b in blocks]
+        log_q = np.concatenate(lq) if lq else np.zeros((0, levels.size))
     else:
         sets = list(level_sets.values())
         levels, lqs = _union_log_q(
             [
                 (
                     np.asarray(blocks[g[0]].levels, np.float64),
-                    log_quantiles(np.concatenate([blocks[j].quantiles_ns for j in g])),
+                    np.concatenate([blocks[j].log_q for j in g]),
                 )
                 for g in sets
             ]
@@ -369,9 +370,9 @@ def table_from_wire(items: Sequence[WireSummary], names: KernelNames) -> KernelT
     qb = np.frombuffer(b"".join(w.q for w in items), "<f4")
     if log16:
         off = np.frombuffer(b"".join(w.off for w in items), "<i2")
-        q = decode_log16(qb, off, levels)
+        log_q = nondecreasing_rows(decode_log16_ln(qb, off, levels))  # no exp, one log a row
     else:
-        q = qb.astype(np.float64).reshape(-1, n_l)
+        log_q = log_quantiles(qb.astype(np.float64).reshape(-1, n_l))
     code = (gk.astype(np.uint64) << np.uint64(32)) | gs.astype(np.uint64)
     uniq, inverse = np.unique(code, return_inverse=True)
     keys = [(names.name(int(c >> np.uint64(32))), int(c & np.uint64(0xFFFFFFFF))) for c in uniq]
@@ -387,7 +388,7 @@ def table_from_wire(items: Sequence[WireSummary], names: KernelNames) -> KernelT
         c_rank=np.repeat(rec_rank, n_c),
         c_key=remap[np.repeat(inverse.reshape(-1), gc)],
         counts=cc.astype(np.float64),
-        log_q=log_quantiles(q),
+        log_q=log_q,
         levels=levels,
     )
 
@@ -418,8 +419,13 @@ def _table_by_record(
     uniq, inverse = np.unique(codes, return_inverse=True)
     keys = [(names.name(int(c >> np.uint64(32))), int(c & np.uint64(0xFFFFFFFF))) for c in uniq]
     blocks, at = [], 0
-    for i, code, gc, cc, q, levels in cols:
-        blocks.append(_Block(i, np.repeat(inverse[at : at + code.size], gc), cc, q, levels))
+    for w, (i, code, gc, cc, q, levels) in zip(items, cols, strict=True):
+        if w.off:  # log16: ln straight from the wire, as table_from_wire
+            med = np.frombuffer(w.q, "<f4")
+            log_q = nondecreasing_rows(decode_log16_ln(med, np.frombuffer(w.off, "<i2"), levels))
+        else:
+            log_q = log_quantiles(q)
+        blocks.append(_Block(i, np.repeat(inverse[at : at + code.size], gc), cc, log_q, levels))
         at += code.size
     return _assemble(rank_ids, coords, kinds, keys, blocks)
 

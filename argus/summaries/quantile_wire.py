@@ -32,6 +32,7 @@ __all__ = [
     "LOG16_MAX_REL_ERROR",
     "LOG16_STEPS_PER_UNIT",
     "decode_log16",
+    "decode_log16_ln",
     "encode_log16",
     "median_index",
     "through_wire",
@@ -115,6 +116,30 @@ def decode_log16(median_ns: np.ndarray, offsets: np.ndarray, levels: np.ndarray)
     out = np.empty((med.size, lv.size))
     out[:, _others(lv.size, j)] = med[:, None] * np.exp(k / LOG16_STEPS_PER_UNIT)
     out[:, j] = med
+    return out
+
+
+def decode_log16_ln(median_ns: np.ndarray, offsets: np.ndarray, levels: np.ndarray) -> np.ndarray:
+    """(C, L) float64 ln of the quantiles (ln ns) from (C,) medians and (C, L − 1) int16
+    offsets: ``ln(max(m, tiny)) + k / LOG16_STEPS_PER_UNIT``, what ``ln`` of
+    :func:`decode_log16` gives up to the last bits, with no ``exp`` and one ``log`` per
+    cluster. A row whose median is ≤ 0 is ``ln(tiny)`` throughout (the floor
+    :func:`argus.summaries.lognormal.log_quantiles` clamps to). Rows are not made
+    non-decreasing here."""
+    lv = np.asarray(levels, dtype=np.float64).reshape(-1)
+    j = median_index(lv)
+    med = np.asarray(median_ns, dtype=np.float64).reshape(-1)
+    tiny = np.finfo(np.float64).tiny
+    lm = np.log(np.maximum(med, tiny))
+    k = np.asarray(offsets).reshape(med.size, lv.size - 1) * (1.0 / LOG16_STEPS_PER_UNIT)
+    k += lm[:, None]
+    out = np.empty((med.size, lv.size))
+    out[:, :j] = k[:, :j]
+    out[:, j] = lm
+    out[:, j + 1 :] = k[:, j:]
+    low = med <= 0.0
+    if low.any():
+        out[low] = np.log(tiny)
     return out
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 
 import numpy as np
@@ -119,7 +120,17 @@ def test_columnar_table_from_wire_records_gives_the_object_path_findings() -> No
     book.update_many(recs)
     fast = detect_window("j", table_from_summaries(recs, book), window=(0, 2, 0, 1))
     slow = detect_window("j", _as_rank_kernels(recs), window=(0, 2, 0, 1))
-    assert fast == slow
+    # the same findings; the columnar path takes ln of the log16 quantiles without the exp
+    # the Summary objects hold, so floats may differ in their last bits
+    assert len(fast) == len(slow)
+    for a, b in zip(fast, slow, strict=True):
+        nums = ("score", "threshold", "baseline", "observed")
+        assert dataclasses.replace(a, **{k: 0.0 for k in nums}) == dataclasses.replace(
+            b, **{k: 0.0 for k in nums}
+        )
+        np.testing.assert_allclose(
+            [getattr(a, k) for k in nums], [getattr(b, k) for k in nums], rtol=1e-12
+        )
     named = Counter(r for f in fast if f.kind == "kernel_divergence" for r in f.ranks)
     assert named.most_common(1)[0][0] == 5
 

@@ -60,3 +60,29 @@ def test_through_wire_and_errors() -> None:
         qw.through_wire(q, LEVELS, "float16")
     with pytest.raises(ValueError, match=r"level 0\.5"):
         qw.encode_log16(q[:, [0, 1, 2, 4, 5, 6]], np.delete(LEVELS, 3))
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), c=st.integers(0, 300), spread=st.floats(0.01, 5.0))
+def test_log16_decoded_in_log_space_is_ln_of_the_decoded_quantiles(
+    seed: int, c: int, spread: float
+) -> None:
+    from argus.summaries.lognormal import log_quantiles, nondecreasing_rows
+
+    rng = np.random.default_rng(seed)
+    q = np.sort(np.exp(rng.normal(12.0, spread, (c, LEVELS.size))), axis=1)
+    q[: c // 10, :] = 0.0  # zero-duration clusters: ln(tiny) throughout
+    med, off = qw.encode_log16(q, LEVELS)
+    want = log_quantiles(qw.decode_log16(med, off, LEVELS))
+    got = nondecreasing_rows(qw.decode_log16_ln(med, off, LEVELS))
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-13 * np.abs(want).max(initial=1.0))
+    assert (got[: c // 10] == np.log(np.finfo(np.float64).tiny)).all()
+
+
+def test_nondecreasing_rows_is_a_running_maximum_along_rows() -> None:
+    from argus.summaries.lognormal import nondecreasing_rows
+
+    y = np.random.default_rng(5).normal(size=(50, 7))
+    y[3, 2] = np.nan  # NaN spreads along its row, as np.maximum.accumulate
+    want = np.maximum.accumulate(y, axis=1)
+    np.testing.assert_array_equal(nondecreasing_rows(y.copy()), want)
