@@ -103,7 +103,8 @@ def read_avro(path: str | Path) -> tuple[str, Iterator[dict[str, Any]]]:
     """
     import fastavro
 
-    from argus.schemas.codec import load_schemas
+    from argus.schemas.codec import _fingerprint, load_schemas
+    from argus.schemas.kernel_batch_body import KernelBatchReader
 
     p = Path(path)
     by_full = {s.full_name: s.name for s in load_schemas().values()}
@@ -129,7 +130,23 @@ def read_avro(path: str | Path) -> tuple[str, Iterator[dict[str, Any]]]:
         finally:
             fh.close()
 
-    return name, it()
+    def blocks() -> Iterator[dict[str, Any]]:
+        """Today's ``kernel_batch``: fastavro's blocks (decompressed), the records read by
+        :class:`KernelBatchReader` (the same dicts; 61,440 80-event windows 1.75 -> ~1 s)."""
+        try:
+            fh.seek(0)
+            kb = KernelBatchReader()
+            for block in fastavro.block_reader(fh):
+                # bytes_: the decompressed block (a BytesIO; not in fastavro's stub)
+                data, pos = block.bytes_.getvalue(), 0  # type: ignore[attr-defined]
+                for _ in range(block.num_records):
+                    rec, pos = kb.decode(data, pos)
+                    yield rec
+        finally:
+            fh.close()
+
+    fast = name == "kernel_batch" and _fingerprint(schema) == load_schemas()[name].fingerprint
+    return name, blocks() if fast else it()
 
 
 def diagnose(

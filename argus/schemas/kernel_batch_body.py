@@ -35,15 +35,72 @@ from argus.schemas.step_body import COORD_FIELDS  # the same argus.Coords record
 
 __all__ = ["KernelBatchReader"]
 
+_HEAD = ("rank", "window_id", "window_start_ns", "window_end_ns")
 _COLUMNS = ("name_idx", "stream", "start_ns", "duration_ns")
+_TAIL = ("dropped", "part", "parts")
 _KEY = 48  # bytes of a name dictionary's encoding that key the cache
 _U64 = (1 << 64) - 1
 _CACHED = 16  # array prefixes kept (name dictionaries and stream lists)
 _ALIKE = 4  # arrays kept per prefix
+_COORDS_KEPT = 65_536  # coordinates kept (cleared when full)
+
+
+def _long(buf: bytes, pos: int) -> tuple[int, int]:
+    """``(value, next offset)`` of the zigzag varint at ``pos``; ``IndexError`` at the end."""
+    b = buf[pos]
+    if b < 0x80:
+        return (b >> 1) ^ -(b & 1), pos + 1
+    z, shift, n = b & 0x7F, 7, len(buf)
+    while True:
+        pos += 1
+        if pos >= n:  # fastavro: IndexError, reported as a bad body
+            raise ValueError("body ends inside a varint")
+        b = buf[pos]
+        z |= (b & 0x7F) << (shift & 63)  # fastavro's uint64 shifts (x86: count mod 64)
+        if b < 0x80:
+            z &= _U64
+            return (z >> 1) ^ -(z & 1), pos + 1
+        shift += 7
+
+
+def _span(buf: bytes, pos: int) -> tuple[int, int]:
+    """``(start, end)`` of the ``bytes``/``string`` value at ``pos``."""
+    size, pos = _long(buf, pos)
+    if size < 0:  # as fastavro reports it
+        raise EOFError(f"negative length {size}")
+    if pos + size > len(buf):
+        raise EOFError(f"body ends inside a value of {size} bytes")
+    return pos, pos + size
+
+
+def _string(buf: bytes, pos: int) -> tuple[str, int]:
+    a, b = _span(buf, pos)
+    return buf[a:b].decode(), b
+
+
+def _stream(buf: bytes, pos: int) -> tuple[tuple[int, str, str], int]:
+    """A ``StreamInfo`` as ``(id, kind, label)``."""
+    i, pos = _long(buf, pos)
+    kind, pos = _string(buf, pos)
+    label, pos = _string(buf, pos)
+    return (i, kind, label), pos
+
+
+def _count(buf: bytes, pos: int) -> tuple[int, int]:
+    """An array block's item count (a negative count's byte size skipped, as fastavro)."""
+    c, pos = _long(buf, pos)
+    if c < 0:
+        pos = _long(buf, pos)[1]
+        c = -c
+    return c, pos
+
+
+Item = Callable[[bytes, int], tuple[Any, int]]
 
 
 class KernelBatchReader:
-    """Decode ``kernel_batch`` bodies; keeps recent name dictionaries and stream lists.
+    """Decode ``kernel_batch`` bodies; keeps recent name dictionaries, stream lists and
+    coordinates.
 
     Parameters
     ----------
@@ -52,12 +109,13 @@ class KernelBatchReader:
         ``memoryview`` slices of the body (zero-copy; they keep the body alive).
     """
 
-    __slots__ = ("_copy", "_seen")
+    __slots__ = ("_coords", "_copy", "_seen")
 
     def __init__(self, columns: Literal["bytes", "view"] = "bytes") -> None:
         self._copy = columns == "bytes"
         # (array kind, first _KEY bytes) -> [(an array's whole encoding, its items)], newest first
         self._seen: dict[tuple[int, bytes], list[tuple[bytes, tuple[Any, ...]]]] = {}
+        self._coords: dict[bytes, dict[str, int]] = {}  # ten one-byte varints -> Coords
 
     def decode(self, data: bytes, pos: int = 0) -> tuple[dict[str, Any], int]:
         """``(record, end)``: the record whose body starts at offset ``pos`` of ``data`` and
@@ -72,94 +130,66 @@ class KernelBatchReader:
             UTF-8 (``UnicodeDecodeError``).
         """
         buf = data if type(data) is bytes else bytes(data)
-        n = len(buf)
-
-        def long() -> int:
-            nonlocal pos
-            b = buf[pos]  # IndexError past the end: EOFError below
-            pos += 1
-            if b < 0x80:
-                return (b >> 1) ^ -(b & 1)
-            z, shift = b & 0x7F, 7
-            while True:
-                if pos >= n:  # fastavro: IndexError, reported as a bad body
-                    raise ValueError("body ends inside a varint")
-                b = buf[pos]
-                pos += 1
-                z |= (b & 0x7F) << (shift & 63)  # fastavro's uint64 shifts (x86: count mod 64)
-                if b < 0x80:
-                    z &= _U64
-                    return (z >> 1) ^ -(z & 1)
-                shift += 7
-
-        def end_of(size: int) -> int:
-            if size < 0:  # as fastavro reports it
-                raise EOFError(f"negative length {size}")
-            if pos + size > n:
-                raise EOFError(f"body ends inside a value of {size} bytes")
-            return pos + size
-
-        def string() -> str:
-            nonlocal pos
-            end = end_of(long())
-            s, pos = buf[pos:end].decode(), end
-            return s
-
-        def count() -> int:
-            c = long()
-            if c < 0:
-                long()  # the block's byte size, unused (as fastavro)
-                c = -c
-            return c
-
-        def cached(kind: int, item: Callable[[], Any]) -> tuple[Any, ...]:
-            """The array at ``pos`` (items read by ``item``), from the cache if its bytes
-            are a recent array's: the same bytes parse to the same items, ending there."""
-            nonlocal pos
-            start = pos
-            key = (kind, buf[start : start + _KEY])
-            alike = self._seen.get(key)
-            for enc, items in alike or ():
-                if buf.startswith(enc, start):
-                    pos = start + len(enc)
-                    return items
-            got: list[Any] = []
-            c = count()
-            while c:
-                got += [item() for _ in range(c)]
-                c = count()
-            if alike is None:
-                if len(self._seen) >= _CACHED:
-                    del self._seen[next(iter(self._seen))]
-                alike = self._seen[key] = []
-            alike.insert(0, (buf[start:pos], tuple(got)))
-            del alike[_ALIKE:]
-            return alike[0][1]
-
-        def stream() -> tuple[int, str, str]:
-            return long(), string(), string()
-
         try:
-            rec: dict[str, Any] = {
-                "job": string(),
-                "rank": long(),
-                "window_id": long(),
-                "window_start_ns": long(),
-                "window_end_ns": long(),
-                "host": string(),
-                "coords": {f: long() for f in COORD_FIELDS},
-                "source": string(),
-                "names": list(cached(0, string)),
-            }
-            mv = memoryview(buf)
-            for col in _COLUMNS:
-                end = end_of(long())
-                rec[col] = buf[pos:end] if self._copy else mv[pos:end]
-                pos = end
-            rec["streams"] = [{"id": i, "kind": k, "label": lb} for i, k, lb in cached(1, stream)]
-            rec["dropped"] = long()
-            rec["part"] = long()
-            rec["parts"] = long()
-        except IndexError:
+            return self._decode(buf, pos)
+        except IndexError:  # a varint's first byte past the end
             raise EOFError("body ends inside a long") from None
+
+    def _decode(self, buf: bytes, pos: int) -> tuple[dict[str, Any], int]:
+        rec: dict[str, Any] = {}
+        rec["job"], pos = _string(buf, pos)
+        for k in _HEAD:
+            rec[k], pos = _long(buf, pos)
+        rec["host"], pos = _string(buf, pos)
+        rec["coords"], pos = self._coords_at(buf, pos)
+        rec["source"], pos = _string(buf, pos)
+        names, pos = self._array(buf, pos, 0, _string)
+        rec["names"] = list(names)
+        mv = None if self._copy else memoryview(buf)
+        for k in _COLUMNS:
+            a, pos = _span(buf, pos)
+            rec[k] = buf[a:pos] if mv is None else mv[a:pos]
+        streams, pos = self._array(buf, pos, 1, _stream)
+        rec["streams"] = [{"id": i, "kind": k, "label": lb} for i, k, lb in streams]
+        for k in _TAIL:
+            rec[k], pos = _long(buf, pos)
         return rec, pos
+
+    def _coords_at(self, buf: bytes, pos: int) -> tuple[dict[str, int], int]:
+        """``Coords`` at ``pos``; ten one-byte varints (any ``*_rank``/``*_size`` < 64) are
+        remembered by their bytes."""
+        key = buf[pos : pos + 10]
+        got = self._coords.get(key)
+        if got is not None:
+            return dict(got), pos + 10
+        start, coords = pos, {}
+        for f in COORD_FIELDS:
+            coords[f], pos = _long(buf, pos)
+        if pos - start == 10:  # each varint one byte: these bytes always read so
+            if len(self._coords) >= _COORDS_KEPT:
+                self._coords.clear()
+            self._coords[key] = dict(coords)
+        return coords, pos
+
+    def _array(self, buf: bytes, pos: int, kind: int, item: Item) -> tuple[tuple[Any, ...], int]:
+        """The array at ``pos`` (items read by ``item``), from the cache if its bytes are a
+        recent array's: the same bytes parse to the same items, ending at the same place."""
+        key = (kind, buf[pos : pos + _KEY])
+        alike = self._seen.get(key)
+        for enc, items in alike or ():
+            if buf.startswith(enc, pos):
+                return items, pos + len(enc)
+        start, got = pos, []
+        c, pos = _count(buf, pos)
+        while c:
+            for _ in range(c):
+                x, pos = item(buf, pos)
+                got.append(x)
+            c, pos = _count(buf, pos)
+        if alike is None:
+            if len(self._seen) >= _CACHED:
+                del self._seen[next(iter(self._seen))]
+            alike = self._seen[key] = []
+        alike.insert(0, (buf[start:pos], tuple(got)))
+        del alike[_ALIKE:]
+        return alike[0][1], pos

@@ -251,3 +251,31 @@ def test_cached_arrays_are_not_shared() -> None:
     first["names"][0] = "changed"
     first["streams"][0]["kind"] = "changed"
     assert codec.decode_as("kernel_batch", data) == rec
+
+
+@pytest.mark.parametrize("codec", ["null", "deflate"])
+def test_read_avro_containers_as_fastavro(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, codec: str
+) -> None:
+    """``argus.diagnose.read_avro`` reads today's kernel_batch containers with the reader
+    (several blocks, both codecs); the records are fastavro's."""
+    from argus.diagnose import read_avro
+
+    rnd = random.Random(6)
+    recs = [random_record(rnd, rnd.choice([0, 3, 80])) for _ in range(300)]
+    path = tmp_path / "kernels.avro"
+    with open(path, "wb") as fh:
+        fastavro.writer(fh, WRITER, recs, codec=codec, sync_interval=2000)
+    with open(path, "rb") as fh:
+        assert sum(1 for _ in fastavro.block_reader(fh)) > 5
+        fh.seek(0)
+        want = list(fastavro.reader(fh))
+    calls = []
+    decode = KernelBatchReader.decode
+    monkeypatch.setattr(
+        KernelBatchReader, "decode", lambda self, *a: calls.append(1) or decode(self, *a)
+    )
+    name, it = read_avro(path)
+    assert name == "kernel_batch"
+    assert list(it) == want == recs
+    assert len(calls) == len(recs)
