@@ -490,7 +490,7 @@ def detect_window(
     # clusters sorted by (key, rank): one run of clusters per (key, rank) pair
     order = np.lexsort((t.c_rank, t.c_key))
     c_key, c_rank, counts = t.c_key[order], t.c_rank[order], t.counts[order]
-    log_q = t.log_q[order]
+    # t.log_q's rows are gathered in this order only for the clusters judged
     pair = c_key * max(n_r, 1) + c_rank
     starts = np.flatnonzero(np.r_[True, pair[1:] != pair[:-1]]) if pair.size else pair
     lens = np.diff(np.r_[starts, pair.size])
@@ -533,7 +533,7 @@ def detect_window(
         q_all = mixture_quantile_cells(
             np.repeat(np.arange(pr.size), p_len[pr]),
             counts[idx],
-            log_q[idx],
+            np.take(t.log_q, order[idx], axis=0),
             t.levels,
             probs,
             n_rows,
@@ -554,7 +554,7 @@ def detect_window(
             q = mixture_quantile_rows(
                 np.repeat(np.arange(b - a), p_len[a:b]),
                 counts[idx],
-                log_q[idx],
+                np.take(t.log_q, order[idx], axis=0),
                 t.levels,
                 probs,
                 int(b - a),
