@@ -186,8 +186,8 @@ def phase_stats(durations_ns: npt.ArrayLike, cfg: L2Config | None = None) -> Pha
     if vv.size == 0:
         nan = np.full_like(v, np.nan)
         return PhaseStats(v, np.nan, np.nan, np.nan, nan, nan, 0)
-    med = float(np.median(vv))
-    mad = float(np.median(np.abs(vv - med)))
+    med = _median(vv)
+    mad = _median(np.abs(vv - med))
     mad = max(mad, cfg.mad_floor * abs(med), 1e-9)
     mean = float(vv.mean())
     cv = float(vv.std() / mean) if mean > 0 else 0.0
@@ -199,10 +199,30 @@ def phase_stats(durations_ns: npt.ArrayLike, cfg: L2Config | None = None) -> Pha
 def _medians_axis0(d: np.ndarray) -> np.ndarray:
     """Median over axis 0 of the finite values of (R, ...) ``d``; NaN where none."""
     s = np.sort(d, axis=0)
+    r = s.shape[0]
     n = np.isfinite(s).sum(axis=0)
-    lo = np.take_along_axis(s, np.maximum((n - 1) // 2, 0)[None], axis=0)[0]
-    hi = np.take_along_axis(s, np.minimum(np.maximum(n // 2, 0), d.shape[0] - 1)[None], axis=0)[0]
+    if r and n.size and int(n.min()) == r:  # every value finite: the two middle rows
+        return np.asarray(0.5 * (s[(r - 1) // 2] + s[r // 2]), dtype=np.float64)
+    lo = _pick_axis0(s, np.maximum((n - 1) // 2, 0))
+    hi = _pick_axis0(s, np.minimum(np.maximum(n // 2, 0), r - 1))
     return np.asarray(np.where(n > 0, 0.5 * (lo + hi), np.nan), dtype=np.float64)
+
+
+def _pick_axis0(s: np.ndarray, i: np.ndarray) -> np.ndarray:
+    """``s[i[...], ...]`` of (R, ...) ``s`` and (...) row indices ``i``
+    (``np.take_along_axis(s, i[None], axis=0)[0]``, without its index arrays' overhead)."""
+    if s.ndim == 1:
+        return np.asarray(s[int(i)])
+    flat = s.reshape(s.shape[0], -1)
+    return np.asarray(flat[i.ravel(), np.arange(flat.shape[1])].reshape(i.shape))
+
+
+def _median(v: np.ndarray) -> float:
+    """``float(np.median(v))`` of a non-empty 1-D array without NaN (the same two middle
+    values and the same ``(lo + hi) / 2``), without ``np.median``'s overhead."""
+    s = np.sort(v)
+    n = s.size
+    return float(s[n // 2]) if n % 2 else float((s[n // 2 - 1] + s[n // 2]) / 2)
 
 
 def _references(d: np.ndarray, pair: np.ndarray) -> np.ndarray:
@@ -617,7 +637,8 @@ def _stragglers(win: GroupWindow, cfg: L2Config) -> list[Finding]:
     """The ``straggler`` findings of :func:`detect`."""
     step_ns = np.nan
     if win.iter_ns is not None and np.isfinite(win.iter_ns).any():
-        step_ns = float(np.nanmedian(win.iter_ns))
+        it = win.iter_ns.ravel()
+        step_ns = _median(it[~np.isnan(it)])  # np.nanmedian's value
     jd = _judge(win, step_ns, cfg)
     if jd is None:
         return []

@@ -36,16 +36,12 @@ _ABS = 1e-6  # ns
 def _medians(d: np.ndarray, axis: int) -> np.ndarray:
     """Median over ``axis`` of the finite values of ``d`` (NaN sorts last); NaN where none.
 
-    The stacked form of ``l2._medians_axis0``: the same sort and the same two middle values.
+    ``l2._medians_axis0`` of ``d`` with ``axis`` first: the same sort and the same two
+    middle values.
     """
     if d.shape[axis] == 0:
         return np.full(d.shape[:axis] + d.shape[axis + 1 :], np.nan)
-    s = np.sort(d, axis=axis)
-    n = np.isfinite(s).sum(axis=axis, keepdims=True)
-    lo = np.take_along_axis(s, np.maximum((n - 1) // 2, 0), axis=axis)
-    hi = np.take_along_axis(s, np.minimum(n // 2, d.shape[axis] - 1), axis=axis)
-    out = np.where(n > 0, 0.5 * (lo + hi), np.nan)
-    return np.asarray(np.squeeze(out, axis=axis), dtype=np.float64)
+    return l2._medians_axis0(np.moveaxis(d, axis, 0))
 
 
 def _ge(a: np.ndarray, b: np.ndarray | float) -> np.ndarray:
