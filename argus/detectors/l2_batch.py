@@ -67,7 +67,39 @@ def _screen_stragglers(
     n = valid.any(axis=2).sum(axis=1)  # (G, P)
     judged = (n >= 2) & ~(collective[None] & ((n == 2) | (not cfg.late_arrival)))
     valid &= judged[:, None, None, :]
+    if not judged.any():  # e.g. collectives of two ranks: never judged
+        return np.zeros(g, dtype=bool)
     dd = np.where(valid, d, np.nan)
+    # every excess (and so each rank's cost) lies within its step's span of judged values,
+    # and the gate is at least min_abs_ms and the step share: a group whose spans all stay
+    # below that names nobody
+    share = np.where(collective, cfg.late_step_share, cfg.min_step_share)  # (P,)
+    step_or_0 = np.where(np.isfinite(step_ns), step_ns, 0.0)
+    gate_lo = np.fmax(cfg.min_abs_ms * 1e6, share[None] * step_or_0[:, None])  # (G, P)
+    with np.errstate(invalid="ignore"):
+        span = np.fmax.reduce(dd, axis=1) - np.fmin.reduce(dd, axis=1)  # (G, S, P); NaN: none
+    keep = _ge(span, gate_lo[:, None, :]).any(axis=(1, 2))
+    if keep.all():
+        return _screen_material(dd, valid, n, judged, step_ns, collective, cfg)
+    out = np.zeros(g, dtype=bool)
+    k = np.flatnonzero(keep)
+    if k.size:
+        out[k] = _screen_material(dd[k], valid[k], n[k], judged[k], step_ns[k], collective, cfg)
+    return out
+
+
+def _screen_material(
+    dd: np.ndarray,
+    valid: np.ndarray,
+    n: np.ndarray,
+    judged: np.ndarray,
+    step_ns: np.ndarray,
+    collective: np.ndarray,
+    cfg: L2Config,
+) -> np.ndarray:
+    """(G,) bool: the rest of :func:`_screen_stragglers` on (G, R, S, P) judged durations
+    ``dd`` (NaN: not judged), their ``valid`` cells, (G, P) ``n`` ranks and ``judged``
+    phases, (G,) ``step_ns`` (NaN: none)."""
     pair = (n == 2) & ~collective[None]  # (G, P)
     ref = _medians(dd, 1)  # (G, S, P)
     if pair.any():
@@ -101,7 +133,7 @@ def _screen_stragglers(
     candidate = _ge(cost, gate_r) & _ge(bound, gate_r)  # (G, R, P), a superset of detect's
     with np.errstate(invalid="ignore"):
         n_tests = (bound >= gate_r + (_REL * np.abs(gate_r) + _ABS)).sum(axis=(1, 2))  # low
-    flag = may_burst.copy()
+    flag = np.array(may_burst, dtype=bool)
     todo = np.flatnonzero(candidate.any(axis=(1, 2)) & ~flag)
     if todo.size:
         flag[todo] = _may_pass_holm(
