@@ -190,6 +190,26 @@ def _lag(workers: list[WorkerProcess], *roles: str) -> float:
     return sum(metric(w, "argus_consumer_lag", role=r) for w in workers for r in roles)
 
 
+def _lag_s(workers: list[WorkerProcess], role: str) -> float:
+    """The largest ``argus_consumer_lag_seconds`` of ``role`` over its topics and partitions
+    (s: how long ago the oldest record waiting for it was produced)."""
+    import urllib.request
+
+    worst = 0.0
+    for w in workers:
+        if role not in w.roles:
+            continue
+        try:
+            url = f"http://127.0.0.1:{w.metrics_port}/metrics"
+            text = urllib.request.urlopen(url, timeout=2).read().decode()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            if line.startswith("argus_consumer_lag_seconds{") and f'role="{role}"' in line:
+                worst = max(worst, float(line.rsplit(" ", 1)[1]))
+    return worst
+
+
 def load(
     ranks: int,
     minutes: float,
@@ -271,6 +291,7 @@ def load(
     period = PERIOD_S  # 15 steps/min
     n_steps = int(minutes * 60 / period)
     samples: list[tuple[float, float, float]] = []  # (t, steps lag, kernels lag)
+    lag_s: dict[str, list[float]] = {"steps": [], "compressor": [], "l3": []}  # s, per sample
     cpu0 = [_cpu_s(w.proc.pid) for w in workers if w.proc]
     broker0 = _cpu_s(broker_pid) if broker_pid else 0.0
     self0 = sum(os.times()[:2])
@@ -307,9 +328,13 @@ def load(
                     _lag(workers, "compressor", "l3"),
                 )
             )
+            for role, xs in lag_s.items():
+                xs.append(_lag_s(workers, role))
             print(
                 f"  t={samples[-1][0]:6.0f} s step {step}: lag steps={samples[-1][1]:.0f}"
-                f" kernels={samples[-1][2]:.0f}; not yet delivered by the generator {len(prod)}",
+                f" kernels={samples[-1][2]:.0f}"
+                f" (s: {', '.join(f'{k} {v[-1]:.1f}' for k, v in lag_s.items())});"
+                f" not yet delivered by the generator {len(prod)}",
                 flush=True,
             )
         if profile and step == n_steps // 2:
@@ -378,6 +403,10 @@ def load(
     print(
         f"  consumer lag (messages), mean first half {first:.0f}, second half {last:.0f}, "
         f"10 s after the end: steps {final[0]:.0f}, kernels {final[1]:.0f}"
+    )
+    print(
+        "  consumer lag (s, oldest waiting record) per role, mean / max of the samples: "
+        + ", ".join(f"{k} {np.mean(v):.1f} / {max(v):.1f}" for k, v in lag_s.items() if v)
     )
     if len(rss) >= 3:  # as the soak: the first third is the warm-up
         a, b = rss[len(rss) // 3 : 2 * len(rss) // 3], rss[2 * len(rss) // 3 :]
