@@ -521,8 +521,10 @@ class SummarizedBatches:
         batch = self.batches[i]
         g0, g1 = self.bg[i], self.bg[i + 1]
         c0, c1 = self.cb[i], self.cb[i + 1]
-        gk = self.gk_all[g0:g1]
-        used = gk[self.gk_first[g0:g1]].tolist()  # groups are ordered by kernel id
+        if self._mv is None:
+            self._mv = self._views()
+        gk, gs, gc, cc, q, off, q_item, off_item, used_all, used_at = self._mv
+        used = used_all[used_at[i] : used_at[i + 1]]  # groups are ordered by kernel id
         if announced is None:
             new = used
         elif announced.issuperset(used):  # steady state: no set lookups in Python
@@ -543,12 +545,13 @@ class SummarizedBatches:
             "method": self.method,
             "quantile_levels": list(self.levels),
             "kernel_names": [{"id": k, "name": names_by_id[k]} for k in new],
-            "group_kernel": gk.tobytes(),
-            "group_stream": self.gs_all[g0:g1].tobytes(),
-            "group_clusters": self.gc_all[g0:g1].tobytes(),
-            "cluster_count": self.cc_all[c0:c1].tobytes(),
-            "cluster_quantiles_ns": self.q_all[c0:c1].tobytes(),
-            "cluster_log_offsets": b"" if self.off_all is None else self.off_all[c0:c1].tobytes(),
+            # slices of the poll's column bytes (``_views``): the slices' ``tobytes()``
+            "group_kernel": gk[4 * g0 : 4 * g1],
+            "group_stream": gs[4 * g0 : 4 * g1],
+            "group_clusters": gc[g0:g1],
+            "cluster_count": cc[4 * c0 : 4 * c1],
+            "cluster_quantiles_ns": q[c0 * q_item : c1 * q_item],
+            "cluster_log_offsets": off[c0 * off_item : c1 * off_item],
             "extra": b"",
             "n_events": self.n_events[i],
             "rejected": int(self.rejected[i]),
