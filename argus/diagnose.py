@@ -229,7 +229,12 @@ def _diagnose(
     res.inputs["kernel_batches"] = len(batches)
     res.inputs["kernel_summaries"] = len(summaries)
     out = run_engine(
-        step_recs, kernel_batches=batches, kernel_summaries=summaries, detectors=cfg, pcfg=pcfg
+        step_recs,
+        kernel_batches=batches,
+        kernel_summaries=summaries,
+        detectors=cfg,
+        pcfg=pcfg,
+        steps_validated=True,  # by job_series, each record
     )
     res.anomalies = list(out.anomalies)
     res.findings = [finding_from_anomaly(a) for a in out.findings]

@@ -125,6 +125,7 @@ class _Engine:
             self.funnel.on_window = lambda a, b, out: self.windows.append((a, b, out))
         self.state: dict[tuple[str, str], Any] = {}
         self.restarts = False  # whether the driver restarts the roles between records
+        self.validate = True  # False: the caller validated the step records already
         self.now = 0.0  # the funnel's processing clock: only its idle rule reads it
 
     def restart(self) -> None:
@@ -147,7 +148,8 @@ class _Engine:
         return st
 
     async def step(self, rec: Mapping[str, Any]) -> None:
-        validate_step_record(rec)  # as the live router does
+        if self.validate:
+            validate_step_record(rec)  # as the live router does
         for key, item in route_step(rec, self.ctx.pcfg.steps_block_ranks):
             await self.blocks.add(key, self._st(self.blocks, "blocks", key), item, self.now)
         await self.pump()
@@ -240,8 +242,13 @@ def run_engine(
     pcfg: PipelineConfig | None = None,
     funnel: bool = True,
     restart_every: int = 0,
+    steps_validated: bool = False,
 ) -> EngineResult:
     """Run the engine's roles over recorded records; see the module doc.
+
+    ``steps_validated``: the caller ran :func:`~argus.detectors.inputs.validate_step_record`
+    on every step record already (``argus diagnose``'s ``job_series`` does), so the
+    engine's router does not again.
 
     ``restart_every`` > 0 restarts the roles after every that many records
     (:meth:`_Engine.restart`: state through JSON, process memory lost), which must not change
@@ -265,6 +272,7 @@ def run_engine(
     summaries = made + [dict(s) for s in kernel_summaries]
     eng = _Engine(ctx, funnel=funnel)
     eng.restarts = restart_every > 0
+    eng.validate = not steps_validated
     own = {id(s) for s in made}
 
     async def go() -> None:
