@@ -38,11 +38,11 @@ __all__ = ["KernelBatchReader"]
 _HEAD = ("rank", "window_id", "window_start_ns", "window_end_ns")
 _COLUMNS = ("name_idx", "stream", "start_ns", "duration_ns")
 _TAIL = ("dropped", "part", "parts")
-_KEY = 48  # bytes of a name dictionary's encoding that key the cache
+_KEY = 48  # bytes of an array's encoding that key the cache
 _U64 = (1 << 64) - 1
-_CACHED = 16  # array prefixes kept (name dictionaries and stream lists)
-_ALIKE = 4  # arrays kept per prefix
-_COORDS_KEPT = 65_536  # coordinates kept (cleared when full)
+_CACHED = 16  # array prefixes kept (name dictionaries and stream lists; cleared when full)
+_ALIKE = 4  # arrays kept per prefix, newest first
+_COORDS_KEPT = 16_384  # coordinates kept (cleared when full; ~0.35 kB each)
 
 
 def _long(buf: bytes, pos: int) -> tuple[int, int]:
@@ -188,7 +188,7 @@ class KernelBatchReader:
             c, pos = _count(buf, pos)
         if alike is None:
             if len(self._seen) >= _CACHED:
-                del self._seen[next(iter(self._seen))]
+                self._seen.clear()
             alike = self._seen[key] = []
         alike.insert(0, (buf[start:pos], tuple(got)))
         del alike[_ALIKE:]

@@ -279,3 +279,19 @@ def test_read_avro_containers_as_fastavro(
     assert name == "kernel_batch"
     assert list(it) == want == recs
     assert len(calls) == len(recs)
+
+
+def test_many_dictionaries_alike() -> None:
+    """More dictionaries than the reader keeps, all with the same first bytes (one cache key),
+    twice round: every record still fastavro's."""
+    rnd = random.Random(9)
+    recs = []
+    for i in range(40):
+        rec = random_record(rnd, 2)
+        rec["names"] = ["x" * 1000, f"k{i}", *NAMES[: i % 5]]
+        rec["streams"] = [{"id": i % 7, "kind": "comm", "label": "x" * 100}]
+        rec["coords"] = {f: (i + j) % 70 for j, f in enumerate(COORD_FIELDS)}  # some 2-byte
+        recs.append(rec)
+    codec = Codec()
+    for rec in recs + recs + recs[::-1]:
+        assert codec.decode_as("kernel_batch", HEADER + body_of(rec)) == rec
