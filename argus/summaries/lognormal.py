@@ -90,15 +90,10 @@ def logq_rows(z: np.ndarray, y: np.ndarray, zz: np.ndarray) -> np.ndarray:
     return out
 
 
-def _logq_points(z: np.ndarray, y: np.ndarray, zz: np.ndarray) -> np.ndarray:
-    """(N,) ln Q of point i's component (knots ``y[i]``, (N, L)) at normal score ``zz[i]``."""
-    out: np.ndarray = logq_rows(z, y, zz[:, None])[:, 0]
-    return out
-
-
 def _logq_of(z: np.ndarray, flat_q: np.ndarray, comp: np.ndarray, zz: np.ndarray) -> np.ndarray:
-    """(N,) :func:`_logq_points` of components ``comp`` (N,) of the (K, L) ln-quantiles
-    ``flat_q`` (raveled) at ``zz`` (N,): the same arithmetic, without a (N, L) copy."""
+    """(N,) ln Q of components ``comp`` (N,) of the (K, L) ln-quantiles ``flat_q`` (raveled)
+    at normal scores ``zz`` (N,): :func:`logq_rows`' arithmetic, point by point, without a
+    (N, L) copy."""
     n_l = z.size
     if n_l == 1:
         out0: np.ndarray = flat_q[comp]
@@ -409,26 +404,11 @@ def mixture_quantile_rows(
     -------
     (n_rows, M) float64, ns
     """
-    z = ndtri(np.asarray(levels, dtype=np.float64))
-    p = np.asarray(probs, dtype=np.float64)
-    counts = np.asarray(counts, dtype=np.float64)
-    k_per = np.bincount(row_of, minlength=n_rows)
-    totals = np.bincount(row_of, weights=counts, minlength=n_rows)
-    w = counts / totals[row_of]
-    # cumulative start of each component inside its row, offset by the row index
-    cw = np.cumsum(w)
-    first = np.cumsum(k_per) - k_per
-    start_in_row = cw - w - np.repeat(cw[first] - w[first], k_per)
-    keys = row_of + start_in_row
-    qq = (np.arange(n_rows)[:, None] + p[None, :]).reshape(-1)
-    comp = np.searchsorted(keys, qq, side="right") - 1
-    local = (qq - keys[comp]) / w[comp]
-    local = np.clip(local, 1e-15, 1.0 - 1e-15)
-    vals = _logq_points(z, log_q[comp], ndtri(local))
-    vals = vals.reshape(n_rows, p.size)
-    vals.sort(axis=1)
-    res: np.ndarray = np.exp(vals)
-    return res
+    if n_rows == 0:
+        return np.empty((0, np.asarray(probs).size))
+    # one cell of all the rows: the stacked core's arithmetic, bit for bit
+    cells = np.array([n_rows], dtype=np.int64)
+    return mixture_quantile_cells(row_of, counts, log_q, levels, probs, cells)
 
 
 def mixture_quantile_cells(
