@@ -206,10 +206,11 @@ def publish_steps(
     while pending is not None and pending[2].get("step") == step:
         w0 = min(w0, int(pending[2]["start_ns"]))
         w1 = max(w1, int(pending[2]["end_ns"]))
-        prod.produce(
+        produce(
+            prod,
             f"{prefix}.raw.steps",
-            key=pending[1].encode(),
-            value=codec.encode("step_record", pending[2]),
+            pending[1].encode(),
+            codec.encode("step_record", pending[2]),
         )
         pending = next(steps, None)
     return pending, w0, w1
