@@ -12,6 +12,7 @@ Imported by path (``bench/`` is the scripts' own directory); ``SPLIT``, ``free_p
 
 from __future__ import annotations
 
+import atexit
 import sys
 import tempfile
 import time
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from argus.config import Settings, load_settings
-from argus.kafka.admin import create_topics
+from argus.kafka.admin import create_topics, delete_prefixed
 from argus.kafka.local import LocalBroker
 from argus.schemas import Codec
 from argus.schemas.step_body import avro_long
@@ -169,7 +170,15 @@ def start_stack(
         ).start()
         for r in roles
     ]
+    atexit.register(_clean_up, s, prefix, workers)  # a run that fails leaves nothing behind
     return Stack(s, prefix, workers, broker_pid, tmp)
+
+
+def _clean_up(s: Settings, prefix: str, workers: Sequence[WorkerProcess]) -> None:
+    """Stop the stack's workers still running and delete its topics (again: harmless)."""
+    for w in workers:
+        w.stop()
+    delete_prefixed(s, prefix)
 
 
 def load_producer(s: Settings) -> Any:
