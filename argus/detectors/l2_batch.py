@@ -57,10 +57,14 @@ def _screen_stragglers(
     (its early return not taken)."""
     g = d.shape[0]
     step_ns = np.full(g, np.nan)
+    # detect's median iteration time counts +inf ones, this one does not: where a group has
+    # any, its gate may be higher in detect (fewer tests, a higher Holm level)
+    inf_it = np.zeros(g, dtype=bool)
     if it is not None:
         fin = np.isfinite(it).reshape(g, -1).any(axis=1)
         if fin.any():
             step_ns[fin] = _medians(it[fin].reshape(int(fin.sum()), -1), 1)
+        inf_it = np.isposinf(it).reshape(g, -1).any(axis=1)
     valid = np.isfinite(d)
     valid &= (valid.sum(axis=2) >= cfg.min_steps)[:, :, None, :]
     valid &= (valid.sum(axis=1) >= 2)[:, None, :, :]
@@ -80,11 +84,13 @@ def _screen_stragglers(
         span = np.fmax.reduce(dd, axis=1) - np.fmin.reduce(dd, axis=1)  # (G, S, P); NaN: none
     keep = _ge(span, gate_lo[:, None, :]).any(axis=(1, 2))
     if keep.all():
-        return _screen_material(dd, valid, n, judged, step_ns, collective, cfg)
+        return _screen_material(dd, valid, n, judged, step_ns, inf_it, collective, cfg)
     out = np.zeros(g, dtype=bool)
     k = np.flatnonzero(keep)
     if k.size:
-        out[k] = _screen_material(dd[k], valid[k], n[k], judged[k], step_ns[k], collective, cfg)
+        out[k] = _screen_material(
+            dd[k], valid[k], n[k], judged[k], step_ns[k], inf_it[k], collective, cfg
+        )
     return out
 
 
@@ -94,12 +100,14 @@ def _screen_material(
     n: np.ndarray,
     judged: np.ndarray,
     step_ns: np.ndarray,
+    inf_it: np.ndarray,
     collective: np.ndarray,
     cfg: L2Config,
 ) -> np.ndarray:
     """(G,) bool: the rest of :func:`_screen_stragglers` on (G, R, S, P) judged durations
     ``dd`` (NaN: not judged), their ``valid`` cells, (G, P) ``n`` ranks and ``judged``
-    phases, (G,) ``step_ns`` (NaN: none)."""
+    phases, (G,) ``step_ns`` (NaN: none) and ``inf_it`` (an iteration time is +inf: the
+    Holm bound counts one test only)."""
     pair = (n == 2) & ~collective[None]  # (G, P)
     ref = _medians(dd, 1)  # (G, S, P)
     if pair.any():
@@ -133,6 +141,7 @@ def _screen_material(
     candidate = _ge(cost, gate_r) & _ge(bound, gate_r)  # (G, R, P), a superset of detect's
     with np.errstate(invalid="ignore"):
         n_tests = (bound >= gate_r + (_REL * np.abs(gate_r) + _ABS)).sum(axis=(1, 2))  # low
+    n_tests[inf_it] = 0  # at least 1: a candidate is a test
     flag = np.array(may_burst, dtype=bool)
     todo = np.flatnonzero(candidate.any(axis=(1, 2)) & ~flag)
     if todo.size:

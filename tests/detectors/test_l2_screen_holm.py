@@ -59,6 +59,8 @@ def test_screen_drops_only_groups_detect_names_nobody_in(seed: int) -> None:
         it = np.nansum(d, axis=3).max(axis=1, keepdims=True).repeat(r, 1) * 1.05
         if rng.random() < 0.3:
             it = np.full_like(it, np.nan)
+        elif rng.random() < 0.3:  # +inf iteration times: detect's median counts them
+            it[rng.random(it.shape) < 0.3] = np.inf
         flag = screen(d, it, kinds, cfg)
         for i in range(g):
             w = l2.GroupWindow(
