@@ -64,7 +64,7 @@ def _screen_stragglers(
         fin = np.isfinite(it).reshape(g, -1).any(axis=1)
         if fin.any():
             step_ns[fin] = _medians(it[fin].reshape(int(fin.sum()), -1), 1)
-        inf_it = np.isposinf(it).reshape(g, -1).any(axis=1)
+        inf_it = np.asarray(np.isposinf(it).reshape(g, -1).any(axis=1), dtype=bool)
     valid = np.isfinite(d)
     valid &= (valid.sum(axis=2) >= cfg.min_steps)[:, :, None, :]
     valid &= (valid.sum(axis=1) >= 2)[:, None, :, :]
