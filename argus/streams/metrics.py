@@ -60,6 +60,14 @@ DETECT_S = Histogram(
     registry=REGISTRY,
     buckets=(0.001, 0.005, 0.02, 0.1, 0.5, 1, 2, 5, 10, 30),
 )
+BEHIND_S = Histogram(
+    "argus_judged_behind_seconds",
+    "Wall-clock time when a window or block is judged minus its event-time end (s): how far"
+    " behind the producers' clocks a detector runs",
+    ["level"],
+    registry=REGISTRY,
+    buckets=(0.5, 1, 2, 5, 10, 20, 30, 45, 60, 90, 120, 300),
+)
 ANOMALIES = Counter(
     "argus_anomalies", "Anomaly records emitted", ["level", "kind"], registry=REGISTRY
 )

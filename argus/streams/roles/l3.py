@@ -204,6 +204,7 @@ class L3Windows:
             min(int(r["window_start_ns"]) for r in records),
             max(int(r["window_end_ns"]) for r in records),
         )
+        metrics.BEHIND_S.labels("L3").observe(max(0.0, time.time() - window[3] / 1e9))
         t0 = time.perf_counter()
         self.names.update_many(records)
         found = detect_window(
