@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from math import comb
 
 import numpy as np
 import numpy.typing as npt
@@ -48,6 +49,7 @@ __all__ = [
     "RankScores",
     "compare_groups",
     "exceedance_p",
+    "hypergeom_sf",
     "iqr_fence",
     "pairwise_w1",
     "score_ranks",
@@ -490,6 +492,45 @@ class GroupComparison:
     p_values: np.ndarray
 
 
+def hypergeom_sf(x: int, total: int, good: int, draws: int) -> float:
+    """``P(X > x)`` for ``X`` the number of ``good`` items among ``draws`` drawn without
+    replacement from ``total`` (``scipy.stats.hypergeom.sf(x, total, good, draws)``).
+
+    Exact: the tail's terms ``C(good, i) C(total - good, draws - i)`` summed as integers (or
+    the shorter lower tail subtracted from ``C(total, draws)``), then one correctly rounded
+    division by ``C(total, draws)``; 0.0 when ``x`` is at or past the support's top, 1.0 below
+    its bottom.
+
+    Raises
+    ------
+    ValueError
+        Unless ``0 <= good <= total`` and ``0 <= draws <= total``.
+
+    Examples
+    --------
+    >>> hypergeom_sf(1, 6, 2, 2), hypergeom_sf(0, 6, 2, 2), hypergeom_sf(-1, 6, 2, 2)
+    (0.06666666666666667, 0.6, 1.0)
+    """
+    if not (0 <= good <= total and 0 <= draws <= total):
+        raise ValueError(
+            f"hypergeom_sf: need 0 <= good, draws <= total; got {good}, {draws}, {total}"
+        )
+    bottom, top = max(0, draws - (total - good)), min(good, draws)
+    lo = max(x + 1, bottom)
+    if lo > top:
+        return 0.0
+    if lo == bottom:
+        return 1.0
+    bad = total - good
+    if top - lo < lo - bottom:
+        num = sum(comb(good, i) * comb(bad, draws - i) for i in range(lo, top + 1))
+    else:
+        num = comb(total, draws) - sum(
+            comb(good, i) * comb(bad, draws - i) for i in range(bottom, lo)
+        )
+    return num / comb(total, draws)
+
+
 def slow_together_p(shift: npt.ArrayLike, group: npt.ArrayLike, n_groups: int) -> np.ndarray:
     """Per group, the chance that its ranks are this slow together by luck of the draw.
 
@@ -520,8 +561,6 @@ def slow_together_p(shift: npt.ArrayLike, group: npt.ArrayLike, n_groups: int) -
     >>> slow_together_p([5.0, 6.0, 0.0, 1.0, 0.5, 0.2], [0, 0, 1, 1, 2, 2], 3).round(3).tolist()
     [0.133, 1.0, 1.0]
     """
-    from scipy.stats import hypergeom
-
     s = np.asarray(shift, dtype=np.float64)
     gi = np.asarray(group, dtype=np.int64)
     r = s.size
@@ -535,7 +574,13 @@ def slow_together_p(shift: npt.ArrayLike, group: npt.ArrayLike, n_groups: int) -
         at = s[o[start[has] + j_back]]
         k = r - np.searchsorted(srt, at, side="left")  # ranks at least that slow
         j = n[has] - j_back
-        pj = hypergeom.sf(j - 1, r, k, n[has])
+        pj = np.array(
+            [
+                hypergeom_sf(a - 1, r, b, c)
+                for a, b, c in zip(j.tolist(), k.tolist(), n[has].tolist(), strict=True)
+            ],
+            dtype=np.float64,
+        )
         p[has] = np.minimum(p[has], np.where(n[has] >= 2, 2.0 * pj, pj))
     return np.minimum(p, 1.0)
 
