@@ -70,7 +70,8 @@ import numpy as np
 from argus.detectors.findings import KINDS, LEVELS
 from argus.errors import ArgusError
 from argus.streams.limits import Limits
-from argus.summaries.summary_record import BatchColumns, batch_columns, summary_columns
+from argus.summaries.quantile_wire import LOG16_STEPS_PER_UNIT, decode_log16
+from argus.summaries.summary_record import BatchColumns, batch_columns, summary_wire_columns
 
 __all__ = [
     "MAX_STEP_RATE",
@@ -280,17 +281,33 @@ def validate_kernel_summary(
         raise InputError(
             "bad-field", "kernel_summary.quantile_levels must be non-empty, in [0, 1], sorted"
         )
-    gk, _gs, _gc, _cc, q, _lv = summary_columns(rec)  # BatchError on inconsistent columns
+    gk, _gs, _gc, _cc, q, off, lv = summary_wire_columns(rec)  # BatchError: inconsistent
     if gk.size == 0:
         raise InputError("empty", "kernel_summary has no kernel groups")
-    if not np.all(np.isfinite(q)):
+    if not np.all(np.isfinite(q)):  # log16: a finite median decodes to finite quantiles
         raise InputError("bad-duration", "kernel_summary quantiles hold NaN or infinity")
-    if q.size and (float(q.min()) < 0 or float(q.max()) > limits.max_duration_s * _NS):
+    top = limits.max_duration_s * _NS
+    # log16 within range undecoded: 0 <= m * exp(k / steps) <= max m * exp(max(max k, 0))
+    if (
+        off.size
+        and float(q.min()) >= 0
+        and float(q.max()) * _exp_step(max(int(off.max()), 0)) <= top
+    ):
+        return
+    if off.size:
+        q = decode_log16(q, off, lv)
+    if q.size and (float(q.min()) < 0 or float(q.max()) > top):
         raise InputError(
             "bad-duration",
             f"kernel_summary quantiles span [{float(q.min()):.3g}, {float(q.max()):.3g}] ns; "
             f"must be in [0, {limits.max_duration_s} s]",
         )
+
+
+def _exp_step(k: int) -> float:
+    """``exp(k / LOG16_STEPS_PER_UNIT)`` as :func:`decode_log16` computes it for offset k."""
+    out: float = np.exp(np.array([k], dtype=np.float64) / LOG16_STEPS_PER_UNIT)[0]
+    return out
 
 
 def validate_stack_batch(rec: Mapping[str, Any], limits: Limits, raw: bytes | None = None) -> None:

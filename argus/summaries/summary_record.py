@@ -59,6 +59,7 @@ __all__ = [
     "summarize_batch",
     "summarize_batches",
     "summary_columns",
+    "summary_wire_columns",
 ]
 
 
@@ -697,6 +698,16 @@ def summary_columns(record: Mapping[str, Any]) -> tuple[np.ndarray, ...]:
         ``bad-summary``: a missing field, a byte length that is not a whole number of
         items, or columns whose lengths disagree with ``group_clusters`` and the levels.
     """
+    gk, gs, gc, cc, q, off, levels = summary_wire_columns(record)
+    if off.size:
+        q = decode_log16(q, off, levels)
+    return gk, gs, gc, cc, q, levels
+
+
+def summary_wire_columns(record: Mapping[str, Any]) -> tuple[np.ndarray, ...]:
+    """:func:`summary_columns` without decoding the quantiles: ``gk, gs, gc, cc, q, off,
+    levels``, checked alike, where ``q`` is (C, L) float32 ns and ``off`` empty, or (log16)
+    ``q`` the (C,) float32 medians and ``off`` the (C, L − 1) int16 offsets."""
     try:
         gk = unpack(record["group_kernel"], "uint32", field="group_kernel")
         gs = unpack(record["group_stream"], "uint32", field="group_stream")
@@ -720,7 +731,7 @@ def summary_columns(record: Mapping[str, Any]) -> tuple[np.ndarray, ...]:
                 f"group_clusters sums to {n_clusters} but cluster_count has {cc.size} entries "
                 f"and cluster_quantiles_ns {q.size} values for {n_levels} levels",
             )
-        return gk, gs, gc, cc, q.reshape(n_clusters, n_levels), levels
+        return gk, gs, gc, cc, q.reshape(n_clusters, n_levels), off, levels
     try:
         median_index(levels)
     except ValueError as exc:
@@ -733,7 +744,7 @@ def summary_columns(record: Mapping[str, Any]) -> tuple[np.ndarray, ...]:
             f"offsets for {n_levels} levels (log16 needs {n_clusters} and "
             f"{n_clusters * (n_levels - 1)})",
         )
-    return gk, gs, gc, cc, decode_log16(q, off, levels), levels
+    return gk, gs, gc, cc, q, off.reshape(n_clusters, n_levels - 1), levels
 
 
 def groups_from_summary(

@@ -29,7 +29,7 @@ from argus.streams.validate import (
     validate_stack_batch,
     validate_step,
 )
-from argus.summaries.summary_record import BatchError, summarize_batch
+from argus.summaries.summary_record import BatchError, summarize_batch, summary_columns
 
 NOW = 1_800_000_000 * 10**9  # the receiving wall clock of these tests, ns
 SEC = 10**9
@@ -187,6 +187,23 @@ def test_kernel_summary_reasons(sim: dict[str, list[dict[str, Any]]]) -> None:
     assert _reason(validate_kernel_summary, {**s, "cluster_count": b""}, LIM) == "bad-summary"
     empty = summarize_batch(_batch(3, np.array([0, 0, 0])))
     assert _reason(validate_kernel_summary, empty, LIM) == "empty"
+    # log16: a median in range whose offset decodes past the limit, checked undecoded
+    assert s["cluster_log_offsets"]
+    off = np.frombuffer(s["cluster_log_offsets"], "<i2").copy()
+    med = np.frombuffer(s["cluster_quantiles_ns"], "<f4").copy()
+    med[0] = LIM.max_duration_s * 1e9 / 2
+    off[0] = 2048  # x e: beyond the limit
+    over = {**s, "cluster_quantiles_ns": pack(med, "float32")}
+    validate_kernel_summary(over, LIM)  # the offset kept: in range
+    over["cluster_log_offsets"] = pack(off, "int16")
+    low = {**over, "cluster_log_offsets": pack(np.full_like(off, -100), "int16")}
+    med[0] = LIM.max_duration_s * 1e9 * 1.01  # the median itself beyond, every offset < 0
+    low["cluster_quantiles_ns"] = pack(med, "float32")
+    assert _reason(validate_kernel_summary, low, LIM) == "bad-duration"
+    q = summary_columns(over)[4]  # decoded, as the check did before it read them undecoded
+    with pytest.raises(InputError) as ei:
+        validate_kernel_summary(over, LIM)
+    assert f"span [{float(q.min()):.3g}, {float(q.max()):.3g}] ns" in str(ei.value)
     assert _reason(validate_kernel_summary, {**s, "rank": 99}, LIM) == "rank-out-of-range"
 
 
