@@ -11,14 +11,14 @@ the process's memory stays flat at about its largest poll's working set.
 Nothing happens off glibc (``mallopt`` missing) or when the ``MALLOC_MMAP_THRESHOLD_`` or
 ``MALLOC_TRIM_THRESHOLD_`` environment variables are set (the operator chose).
 
-:func:`no_numpy_hugepages`, for every worker process: numpy advises the kernel to back each
-array of 4 MB or more with transparent huge pages (``madvise(MADV_HUGEPAGE)``). Under the
-kernel's default ``transparent_hugepage/defrag = madvise`` a fault in such a region may
-compact memory before it returns: on the 2-core VM the first touch of 64 MB took 510-530 ms
-that way and 23 ms in 4 KB pages, and an L3 block of 512 ranks (arrays of 60-70 MB, fresh
-``mmap`` each block) took 4.5 s instead of 1.0 s (BENCHMARKS.md, issue 21). Workers are
-long-lived and allocate such arrays afresh every block, so they turn the advice off; the
-training job's collectors never call this.
+:func:`no_numpy_hugepages`, for every worker process and the in-memory engine (diagnose,
+replay): numpy advises the kernel to back each array of 4 MB or more with transparent huge
+pages (``madvise(MADV_HUGEPAGE)``). Under the kernel's default
+``transparent_hugepage/defrag = madvise`` a fault in such a region may compact memory before
+it returns: on the 2-core VM the first touch of 64 MB took 510-530 ms that way and 23 ms in
+4 KB pages, and an L3 block of 512 ranks (arrays of 60-70 MB, fresh ``mmap`` each block)
+took 4.5 s instead of 1.0 s (BENCHMARKS.md, issue 21). Workers allocate such arrays afresh
+every block, so they turn the advice off; the training job's collectors never call this.
 """
 
 from __future__ import annotations

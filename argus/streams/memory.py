@@ -265,6 +265,9 @@ def run_engine(
     they are.
     ``funnel=False`` stops at the L1-L3 findings.
     """
+    from argus.malloc import no_numpy_hugepages
+
+    no_numpy_hugepages()  # the L3 blocks' large arrays in 4 KB pages, as in a worker
     ctx = _MemoryCtx(detectors or DetectorsConfig(), pcfg or PipelineConfig())
     whole, incomplete = _whole_windows(kernel_batches)
     ctx.rejected.extend(str(w.error()) for w in incomplete)
