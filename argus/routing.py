@@ -174,6 +174,10 @@ class Routing:
     rules: tuple[tuple[str, str], ...] = DEFAULT_RULES
     fallback: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_FALLBACK))
     groups: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: dict(DEFAULT_GROUPS))
+    _scopes: dict[tuple[tuple[str, ...], tuple[tuple[str, Any], ...]], tuple[str, int]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    """:meth:`scope_of`'s answers, keyed by the kind's varying dims and the coords' items."""
 
     def __post_init__(self) -> None:
         for kind, dims in self.groups.items():
@@ -262,6 +266,31 @@ class Routing:
         for d in self.varies(kind):
             n *= _coord(coords, d, "size")
         return n
+
+    def scope_of(self, coords: Mapping[str, Any], kind: str) -> tuple[str, int]:
+        """``(group_for_kind(coords, kind), expected_size(coords, kind))``, remembered per
+        coords (a job has one per rank; a summary router asks once per record).
+
+        The key is the kind's varying dims (so a changed ``groups`` table misses) and the
+        coords' items in their order (equal items, equal answer); coords with unhashable
+        values are computed each time. At most ``_SCOPES_MAX`` answers are kept.
+        """
+        varies = self.varies(kind)
+        try:
+            key = (varies, tuple(coords.items()))
+            hit = self._scopes.get(key)
+        except TypeError:  # unhashable values: validate and compute directly
+            return group_id(coords, varies), self.expected_size(coords, kind)
+        if hit is None:
+            hit = (self.group_for_kind(coords, kind), self.expected_size(coords, kind))
+            if len(self._scopes) >= _SCOPES_MAX:
+                self._scopes.clear()
+            self._scopes[key] = hit
+        return hit
+
+
+_SCOPES_MAX = 65536
+"""Entries of one :class:`Routing`'s :meth:`~Routing.scope_of` cache (a job's ranks)."""
 
 
 @lru_cache(maxsize=65536)

@@ -28,14 +28,14 @@ def route_summary(
 ) -> list[tuple[str, KernelItem]]:
     """The routed item of one ``kernel_summary`` (``value``: its encoded bytes; ``part``: the
     partition it came from): ``[(job/dp/<scope group>, item)]``."""
-    sid = routing.group_for_kind(rec["coords"], "dp")
+    sid, expected = routing.scope_of(rec["coords"], "dp")
     return [
         (
             f"{rec['job']}/dp/{sid}",
             KernelItem(
                 rank=rec["rank"],
                 window=rec["window_id"],
-                expected=routing.expected_size(rec["coords"], "dp"),
+                expected=expected,
                 summary=base64.b64encode(value).decode(),
                 part=part,
                 # names this summary announces, kept by the scope (a restart needs them)
