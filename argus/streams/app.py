@@ -26,7 +26,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import faust
 
@@ -329,11 +329,19 @@ def watch_sends(ctx: Ctx, *, warn_after_s: float = 10.0) -> None:
 
 
 def add_lag_gauge(ctx: Ctx, role: str, topics: Iterable[str], interval_s: float = 5.0) -> None:
-    """Publish consumer lag per assigned partition: records (high watermark - position) and
-    seconds (:func:`argus.streams.metrics.lag_seconds`); ``topic`` labels unprefixed."""
+    """Publish consumer lag per assigned partition: records not taken yet by the role
+    (:func:`argus.streams.metrics.lag_records`: those faust fetched into its stream buffer
+    count too) and seconds (:func:`argus.streams.metrics.lag_seconds`); ``topic`` labels
+    unprefixed."""
     names = set(topics)
     prefix = ctx.settings.topic_prefix
     caught_up: dict[tuple[str, int], float] = {}  # last time seen with nothing waiting (s)
+
+    async def _forget(_app: Any, *args: Any, **_kw: Any) -> None:
+        revoked: Iterable[Any] = args[0] if args else ()  # the signal's set of TPs
+        metrics.forget_offsets((tp.topic, tp.partition) for tp in revoked if tp.topic in names)
+
+    ctx.app.on_partitions_revoked.connect(cast(Any, _forget))  # mode's handler type: any call
 
     @ctx.app.timer(interval=interval_s, name=f"lag-{role}")
     async def _lag() -> None:
@@ -347,7 +355,7 @@ def add_lag_gauge(ctx: Ctx, role: str, topics: Iterable[str], interval_s: float 
             except Exception:  # partition moving during a rebalance
                 continue
             if hw is not None and pos is not None:
-                lag = max(0, hw - pos)
+                lag = metrics.lag_records(hw, pos, metrics.last_offset(tp.topic, tp.partition))
                 labels = (role, metrics.topic_label(tp.topic, prefix), str(tp.partition))
                 metrics.LAG.labels(*labels).set(lag)
                 now, key = time.time(), (tp.topic, tp.partition)
@@ -364,7 +372,8 @@ def note_consumed(event: Any) -> None:
     """Note a consumed event's Kafka timestamp for the lag in seconds."""
     msg = getattr(event, "message", None)
     if msg is not None:
-        metrics.consumed(msg.tp.topic, msg.tp.partition, getattr(msg, "timestamp", None))
+        ts, offset = getattr(msg, "timestamp", None), getattr(msg, "offset", None)
+        metrics.consumed(msg.tp.topic, msg.tp.partition, ts, offset)
 
 
 Registrar = Callable[[Ctx], None]

@@ -10,6 +10,7 @@ Serve with :func:`serve` on ``HOST:PORT`` (:func:`parse_addr`; default 127.0.0.1
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
@@ -18,8 +19,11 @@ from argus.errors import ConfigError
 __all__ = [
     "REGISTRY",
     "consumed",
+    "forget_offsets",
+    "lag_records",
     "lag_seconds",
     "last_consumed",
+    "last_offset",
     "parse_addr",
     "serve",
     "topic_label",
@@ -145,14 +149,37 @@ def lag_seconds(now_s: float, last_ts_s: float | None, caught_up_s: float | None
 
 
 _LAST_TS: dict[tuple[str, int], float] = {}
+_LAST_OFFSET: dict[tuple[str, int], int] = {}
 
 
-def consumed(topic: str, partition: int, ts_s: float | None) -> None:
-    """Note the Kafka timestamp (s since the epoch) of a record a role just consumed."""
-    if ts_s is not None and ts_s > 0:
-        key = (topic, partition)
-        if ts_s > _LAST_TS.get(key, 0.0):
-            _LAST_TS[key] = float(ts_s)
+def consumed(topic: str, partition: int, ts_s: float | None, offset: int | None = None) -> None:
+    """Note the Kafka timestamp (s since the epoch) and offset of a record a role just took."""
+    key = (topic, partition)
+    if ts_s is not None and ts_s > 0 and ts_s > _LAST_TS.get(key, 0.0):
+        _LAST_TS[key] = float(ts_s)
+    if offset is not None and offset > _LAST_OFFSET.get(key, -1):
+        _LAST_OFFSET[key] = int(offset)
+
+
+def last_offset(topic: str, partition: int) -> int | None:
+    """The highest offset :func:`consumed` noted for a partition, None if none."""
+    return _LAST_OFFSET.get((topic, partition))
+
+
+def forget_offsets(tps: Iterable[tuple[str, int]]) -> None:
+    """Drop the offsets noted for these (topic, partition) (revoked: another worker may move
+    them on before they come back)."""
+    for key in tps:
+        _LAST_OFFSET.pop(key, None)
+
+
+def lag_records(high: int, position: int, taken: int | None) -> int:
+    """Records a role has not taken yet: ``high`` (the partition's high watermark) minus the
+    offset after the last one it took (``taken``; the consumer's fetch ``position`` when
+    none is noted). faust fetches ahead into its stream buffer: ``high - position`` alone
+    misses what waits there."""
+    nxt = position if taken is None or taken + 1 > position else taken + 1
+    return max(0, high - nxt)
 
 
 def last_consumed(topic: str, partition: int) -> float | None:

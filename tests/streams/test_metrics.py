@@ -55,6 +55,19 @@ def test_lag_seconds_bounds_the_oldest_waiting_record() -> None:
     assert metrics.last_consumed("x.t", 3) == 50.0 and metrics.last_consumed("x.t", 4) is None
 
 
+def test_lag_counts_what_waits_in_the_stream_buffer() -> None:
+    # fetched up to 500 (the position), taken up to offset 199: 300 wait in faust's buffer
+    assert metrics.lag_records(1_000, 500, 199) == 800
+    assert metrics.lag_records(1_000, 500, None) == 500  # nothing noted: the position
+    assert metrics.lag_records(1_000, 1_000, 999) == 0
+    assert metrics.lag_records(1_000, 500, 700) == 500  # noted ahead of the position: stale
+    metrics.consumed("y.t", 1, None, 41)
+    metrics.consumed("y.t", 1, None, 40)  # out of order: the highest stays
+    assert metrics.last_offset("y.t", 1) == 41 and metrics.last_offset("y.t", 2) is None
+    metrics.forget_offsets([("y.t", 1)])  # revoked
+    assert metrics.last_offset("y.t", 1) is None
+
+
 @pytest.mark.parametrize(
     ("addr", "want"),
     [
