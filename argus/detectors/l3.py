@@ -352,9 +352,22 @@ _SCREEN_TOL = 1e-9
 
 def _sorted_median(x: np.ndarray, axis: int) -> np.ndarray:
     """Median along ``axis`` by a sort (many short slices: several times faster than
-    ``np.median``'s partitions); equal to it up to the rounding of the middle pair's mean."""
+    ``np.median``'s partitions); equal to it up to the rounding of the middle pair's mean.
+    Up to 4 values (``x`` finite): the middle ones by ``minimum``/``maximum``, the same
+    values as the sort's without its per-slice cost."""
+    n = x.shape[axis]
+    if 1 <= n <= 4:
+        v = [np.take(x, i, axis=axis) for i in range(n)]
+        if n == 1:
+            return v[0]
+        if n == 2:
+            return 0.5 * (v[0] + v[1])
+        lo, hi = np.minimum(v[0], v[1]), np.maximum(v[0], v[1])
+        if n == 3:
+            return np.maximum(lo, np.minimum(hi, v[2]))
+        lo2, hi2 = np.minimum(v[2], v[3]), np.maximum(v[2], v[3])
+        return 0.5 * (np.maximum(lo, lo2) + np.minimum(hi, hi2))
     s = np.sort(x, axis=axis)
-    n = s.shape[axis]
     hi = np.take(s, n // 2, axis=axis)
     if n % 2:
         return hi
