@@ -25,7 +25,7 @@ from argus.config import Settings, load_settings
 from argus.kafka.admin import create_topics, delete_prefixed
 from argus.kafka.local import LocalBroker
 from argus.schemas import Codec
-from argus.schemas.step_body import avro_long
+from argus.schemas.avro_binary import avro_long
 from argus.streams.local_run import WorkerProcess
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "tests" / "pipeline"))

@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Literal
 
-from argus.schemas.step_body import COORD_FIELDS  # the same argus.Coords record
+from argus.schemas.avro_binary import COORD_FIELDS  # the same argus.Coords record
 
 __all__ = ["KernelBatchReader"]
 

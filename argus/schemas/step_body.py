@@ -19,49 +19,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["COORD_FIELDS", "StepBodyEncoder", "avro_long", "avro_string"]
+from argus.schemas.avro_binary import COORD_DEFAULTS, COORD_FIELDS, avro_long, avro_string
 
-#: ``Coords`` fields in schema order (``step_record.avsc``)
-COORD_FIELDS = (
-    "dp_rank",
-    "dp_size",
-    "tp_rank",
-    "tp_size",
-    "pp_rank",
-    "pp_size",
-    "ep_rank",
-    "ep_size",
-    "cp_rank",
-    "cp_size",
-)
-_COORD_DEFAULTS = {f: (1 if f.endswith("_size") else 0) for f in COORD_FIELDS}
-_LONG_MIN, _LONG_MAX = -(1 << 63), (1 << 63) - 1
+__all__ = ["StepBodyEncoder"]
+
 _INT_MIN, _INT_MAX = -(1 << 31), (1 << 31) - 1
-_SMALL = [bytes((z,)) for z in range(128)]
 _NAME_CACHE_MAX = 4096  # phase names and kinds encoded once each, up to this many
-
-
-def avro_long(n: int, lo: int = _LONG_MIN, hi: int = _LONG_MAX) -> bytes:
-    """Zigzag varint of ``n``; ``OverflowError`` outside ``[lo, hi]`` (Avro ``long``)."""
-    if not lo <= n <= hi:
-        raise OverflowError(
-            f"{n} is out of range for an Avro {'int' if hi < (1 << 32) else 'long'}"
-        )
-    z = (n << 1) if n >= 0 else ((-n) << 1) - 1
-    if z < 0x80:
-        return _SMALL[z]
-    out = bytearray()
-    while z > 0x7F:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
-
-
-def avro_string(s: str) -> bytes:
-    """Length-prefixed UTF-8 of ``s`` (Avro ``string``)."""
-    b = s.encode()
-    return avro_long(len(b)) + b
 
 
 class StepBodyEncoder:
@@ -89,7 +52,7 @@ class StepBodyEncoder:
             raise ValueError(f"unknown coords fields {sorted(unknown)}")
         self._head = avro_string(job) + avro_long(rank, _INT_MIN, _INT_MAX)
         self._mid = avro_string(host) + b"".join(
-            avro_long(int(coords.get(f, _COORD_DEFAULTS[f])), _INT_MIN, _INT_MAX)
+            avro_long(int(coords.get(f, COORD_DEFAULTS[f])), _INT_MIN, _INT_MAX)
             for f in COORD_FIELDS
         )
         self._timer = avro_string(timer)

@@ -36,6 +36,7 @@ import numpy as np
 
 from argus.errors import ArgusError
 from argus.schemas.arrays import kernel_id, unpack
+from argus.schemas.avro_binary import COORD_DEFAULTS, avro_long, avro_string
 from argus.summaries.kde import (
     DEFAULT,
     PAPER,
@@ -241,37 +242,13 @@ def summarize_batches(
 
 
 _I64 = 1 << 63
-_VARINT1 = [bytes([z]) for z in range(128)]
-
-
-def _long(n: int) -> bytes:
-    """Avro ``long``/``int`` (zig-zag varint) of ``n`` (-2**63 <= n < 2**63)."""
-    z = (n << 1) ^ (n >> 63)
-    if z < 128:
-        return _VARINT1[z]
-    if z < 16384:  # a column's length, mostly
-        return bytes(((z & 127) | 128, z >> 7))
-    out = bytearray()
-    while z >= 128:
-        out.append((z & 127) | 128)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
 
 
 def _is_long(v: object) -> TypeGuard[int]:
     return type(v) is int and -_I64 <= v < _I64
 
 
-def _string(s: str) -> bytes:
-    b = s.encode()
-    return _long(len(b)) + b
-
-
-_COORDS = (
-    ("dp_rank", 0), ("dp_size", 1), ("tp_rank", 0), ("tp_size", 1), ("pp_rank", 0),
-    ("pp_size", 1), ("ep_rank", 0), ("ep_size", 1), ("cp_rank", 0), ("cp_size", 1),
-)  # fmt: skip
+_COORDS = tuple(COORD_DEFAULTS.items())  # (field, default), schema order
 
 
 def _coords_body(coords: Any) -> bytes | None:
@@ -282,7 +259,7 @@ def _coords_body(coords: Any) -> bytes | None:
     vals = [coords.get(k, dv) for k, dv in _COORDS]
     if not all(_is_long(v) for v in vals):
         return None
-    return b"".join(_long(v) for v in vals)
+    return b"".join(avro_long(v) for v in vals)
 
 
 def _streams_body(streams: Any) -> bytes | None:
@@ -292,14 +269,14 @@ def _streams_body(streams: Any) -> bytes | None:
         return None
     if not streams:
         return b"\x00"
-    out = [_long(len(streams))]
+    out = [avro_long(len(streams))]
     for st in streams:
         if not isinstance(st, Mapping):
             return None
         sid, kind, label = st.get("id"), st.get("kind"), st.get("label", "")
         if not (_is_long(sid) and type(kind) is str and type(label) is str):
             return None
-        out += (_long(sid), _string(kind), _string(label))
+        out += (avro_long(sid), avro_string(kind), avro_string(label))
     out.append(b"\x00")
     return b"".join(out)
 
@@ -325,7 +302,7 @@ def _rank_parts(batch: Mapping[str, Any]) -> tuple[bytes, bytes, bytes] | None:
     cb, sb = _coords_body(coords), _streams_body(streams)
     if cb is None or sb is None:
         return None
-    parts = (_string(job) + _long(rank), cb, sb)
+    parts = (avro_string(job) + avro_long(rank), cb, sb)
     if len(_RANKS) >= _RANKS_MAX:
         _RANKS.clear()
     _RANKS[key] = (dict(coords), [dict(x) for x in streams], parts)
@@ -598,27 +575,27 @@ class SummarizedBatches:
                 (
                     codec.header("kernel_summary"),
                     rp[0],
-                    _long(w),
-                    _long(t0),
-                    _long(t1),
+                    avro_long(w),
+                    avro_long(t0),
+                    avro_long(t1),
                     rp[1],
                     self._method_levels,
                     names,
-                    _long(4 * ng),
+                    avro_long(4 * ng),
                     gk[4 * g0 : 4 * g1],
-                    _long(4 * ng),
+                    avro_long(4 * ng),
                     gs[4 * g0 : 4 * g1],
-                    _long(ng),
+                    avro_long(ng),
                     gc[g0:g1],
-                    _long(4 * nc),
+                    avro_long(4 * nc),
                     cc[4 * c0 : 4 * c1],
-                    _long(nq),
+                    avro_long(nq),
                     q[c0 * q_item : c0 * q_item + nq],
                     b"\x00",  # extra
-                    _long(self.n_events[i]),
-                    _long(int(self.rejected[i])),
+                    avro_long(self.n_events[i]),
+                    avro_long(int(self.rejected[i])),
                     rp[2],
-                    _long(no),
+                    avro_long(no),
                     off[c0 * off_item : c0 * off_item + no],
                 )
             ),
@@ -647,12 +624,12 @@ def _names_body(ids: list[int], names: list[str]) -> bytes | None:
     """The ``kernel_names`` array's Avro body for ``ids`` (names from the record's
     dictionary), or None when a name is not a str."""
     by_id = dict(zip(_kids(names), names, strict=True))
-    out = [_long(len(ids))]
+    out = [avro_long(len(ids))]
     for k in ids:
         name = by_id[k]
         if type(name) is not str:
             return None
-        out += (_long(k), _string(name))
+        out += (avro_long(k), avro_string(name))
     out.append(b"\x00")
     return b"".join(out)
 
@@ -660,9 +637,9 @@ def _names_body(ids: list[int], names: list[str]) -> bytes | None:
 @lru_cache(maxsize=64)
 def _method_levels_body(method: str, levels: tuple[float, ...]) -> bytes:
     """Avro body of ``method`` and ``quantile_levels`` (one block of doubles)."""
-    body = _string(method)
+    body = avro_string(method)
     if levels:
-        body += _long(len(levels)) + np.asarray(levels, "<f8").tobytes()
+        body += avro_long(len(levels)) + np.asarray(levels, "<f8").tobytes()
     return body + b"\x00"
 
 

@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 
 from argus.errors import DecodeError
 from argus.schemas import Codec, load_schemas
+from argus.schemas.avro_binary import COORD_FIELDS, avro_long, avro_string
 from argus.schemas.codec import SINGLE_OBJECT_MAGIC
 from argus.schemas.kernel_batch_body import KernelBatchReader
-from argus.schemas.step_body import COORD_FIELDS, avro_long, avro_string
 from tests.schemas.avro_strategies import for_schema
 
 SCHEMA = load_schemas()["kernel_batch"]

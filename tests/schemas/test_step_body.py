@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from argus.collectors.runtime import STATS_FIELDS
 from argus.schemas import Codec, load_schemas
-from argus.schemas.step_body import COORD_FIELDS, StepBodyEncoder, avro_long
+from argus.schemas.avro_binary import COORD_FIELDS, avro_long
+from argus.schemas.step_body import StepBodyEncoder
 
 LONG = st.integers(-(1 << 63), (1 << 63) - 1)
 INT = st.integers(-(1 << 31), (1 << 31) - 1)
