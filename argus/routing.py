@@ -178,6 +178,10 @@ class Routing:
         default_factory=dict, init=False, repr=False, compare=False
     )
     """:meth:`scope_of`'s answers, keyed by the kind's varying dims and the coords' items."""
+    _ids: dict[tuple[tuple[str, ...], tuple[tuple[str, Any], ...]], str] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    """:meth:`group_for_kind`'s answers, keyed as ``_scopes``."""
 
     def __post_init__(self) -> None:
         for kind, dims in self.groups.items():
@@ -253,12 +257,20 @@ class Routing:
         return kind, self.group_for_kind(coords, kind)
 
     def group_for_kind(self, coords: Mapping[str, Any], kind: str) -> str:
-        """Group id of ``coords`` in group kind ``kind``."""
+        """Group id of ``coords`` in group kind ``kind`` (remembered per coords items in
+        their order, as :meth:`scope_of`; then per sorted items across routings)."""
+        varies = self.varies(kind)
         try:
-            key = tuple(sorted(coords.items()))
-            return _cached_group_id(key, self.varies(kind))
+            key = (varies, tuple(coords.items()))
+            sid = self._ids.get(key)
+            if sid is None:
+                sid = _cached_group_id(tuple(sorted(coords.items())), varies)
+                if len(self._ids) >= _SCOPES_MAX:
+                    self._ids.clear()
+                self._ids[key] = sid
+            return sid
         except TypeError:  # unhashable values: validate and compute directly
-            return group_id(coords, self.varies(kind))
+            return group_id(coords, varies)
 
     def expected_size(self, coords: Mapping[str, Any], kind: str) -> int:
         """Number of ranks a full group of ``kind`` holds, from the sizes in ``coords``."""

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from argus.errors import DetectorInputError
-from argus.routing import DIMS, Routing
+from argus.routing import DIMS, Routing, group_id
 from argus.streams.roles.l3 import route_summary
 
 LAYOUTS = [  # sizes of tp, cp, ep, dp, pp
@@ -130,3 +130,20 @@ def test_the_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     for c in coords:
         assert routing.scope_of(c, "dp") == (f"pp{c['pp_rank']}", 8)
         assert len(routing._scopes) <= 10
+
+
+@pytest.mark.parametrize("kind", ["dp", "tp", "pp", "ep", "edp", "cp", "job"])
+def test_group_for_kind_equals_group_id(kind: str) -> None:
+    routing = Routing()
+    for sizes in LAYOUTS:
+        for _ in range(2):  # the second pass answers from the cache
+            for c in _all_coords(sizes):
+                want = group_id(c, routing.varies(kind))
+                assert routing.group_for_kind(c, kind) == want
+                assert routing.group_for_kind(dict(reversed(list(c.items()))), kind) == want
+    groups = dict(routing.groups)
+    changed = Routing(groups=groups)
+    c = _coords((2, 1, 1, 8, 4), (1, 0, 0, 5, 3))
+    assert changed.group_for_kind(c, "dp") == "pp3.tp1"
+    groups["dp"] = ("tp",)
+    assert changed.group_for_kind(c, "dp") == "pp3.dp5"
