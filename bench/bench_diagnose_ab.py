@@ -49,9 +49,11 @@ def main() -> None:
         "--ref", type=int, default=-1, help="tree whose JSON the others are compared to"
     )
     a = ap.parse_args()
+    cpus: list[list[float]] = []  # per round, per tree
     with tempfile.TemporaryDirectory() as d:
         for i in range(1, a.rounds + 1):
             bodies: dict[int, bytes] = {}
+            cpus.append([])
             for j, tree in enumerate(a.trees):
                 rev = subprocess.run(
                     ["git", "-C", str(tree), "rev-parse", "--short", "HEAD"],
@@ -62,6 +64,7 @@ def main() -> None:
                 load = os.getloadavg()[0]
                 out = Path(d) / f"{i}-{rev}.json"
                 cpu, wall = run_once(a.job, tree, out)
+                cpus[-1].append(cpu)
                 bodies[j] = out.read_bytes()
                 print(
                     f"{time.strftime('%H:%M:%S', time.gmtime())} UTC round {i} {rev}"
@@ -71,6 +74,10 @@ def main() -> None:
             ref = bodies[a.ref % len(a.trees)]
             same = [j for j, b in bodies.items() if b == ref]
             print(f"round {i}: JSON equal to tree {a.ref % len(a.trees)}'s: trees {same}")
+    # tree 0's CPU over each tree's, in the same round (the bar's ratio when tree 0 is the base)
+    for j, tree in enumerate(a.trees):
+        ratios = " ".join(f"{c[0] / c[j]:.2f}x" for c in cpus)
+        print(f"tree {j} {tree}: tree 0's CPU / its CPU per round: {ratios}")
 
 
 if __name__ == "__main__":
