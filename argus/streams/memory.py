@@ -31,13 +31,18 @@ from argus.streams.pipeline_config import PipelineConfig
 from argus.streams.roles.funnel import Funnel
 from argus.streams.roles.l3 import L3Windows, route_summary
 from argus.streams.roles.steps import JobSteps, StepBlocks, route_step
-from argus.summaries.summary_record import SummarizedBatches, batch_columns, summarize_batch
+from argus.summaries.summary_record import (
+    REANNOUNCE_WINDOWS,
+    NameAnnouncements,
+    SummarizedBatches,
+    batch_columns,
+    summarize_batch,
+)
 
 __all__ = ["EngineResult", "batch_summaries", "batches_summaries", "replay_stream", "run_engine"]
 
 _IDLE_ROUNDS = 100_000  # funnel idle periods at most, at the end of the input
 _CHUNK_EVENTS = 1 << 16  # kernel events per summarize_batches call: its arrays stay in cache
-_REANNOUNCE = 32  # windows between a rank's full name announcements, as the live compressor
 
 
 class _Topic:
@@ -257,7 +262,7 @@ def run_engine(
     Kernel batches are compressed as the live compressor does (:func:`batches_summaries`:
     many windows per :func:`~argus.summaries.summary_record.summarize_batches` call, each
     summary equal to ``summarize_batch``'s; each rank's kernel names announced in its first
-    window and again every ``_REANNOUNCE`` windows, as the live compressor announces them:
+    window and again every ``REANNOUNCE_WINDOWS`` windows, as the live compressor announces them:
     the L3 role keeps a scope's names in its ``l3-names`` table, restarts included), the
     parts of a split window
     merged first (:func:`argus.schemas.kernel_parts.assemble`; a window missing parts is
@@ -271,7 +276,7 @@ def run_engine(
     ctx = _MemoryCtx(detectors or DetectorsConfig(), pcfg or PipelineConfig())
     whole, incomplete = _whole_windows(kernel_batches)
     ctx.rejected.extend(str(w.error()) for w in incomplete)
-    made = batches_summaries(whole, announce_every=_REANNOUNCE)
+    made = batches_summaries(whole, announce_every=REANNOUNCE_WINDOWS)
     summaries = made + [dict(s) for s in kernel_summaries]
     eng = _Engine(ctx, funnel=funnel)
     eng.restarts = restart_every > 0
@@ -352,8 +357,7 @@ def batches_summaries(
     chunk: list[Mapping[str, Any]] = []
     cols: list[Any] = []
     events = 0
-    announced: dict[tuple[str, int], set[int]] = {}  # per (job, rank): ids it named
-    since: dict[tuple[str, int], int] = {}  # per (job, rank): windows since its last full one
+    names = NameAnnouncements(announce_every)  # per (job, rank), as the compressor agent
     if announce_every > 0:
         recs = sorted(recs, key=lambda r: (str(r["job"]), int(r["window_id"]), int(r["rank"])))
 
@@ -364,12 +368,7 @@ def batches_summaries(
             out.extend(done.record(i) for i in range(len(done)))
         else:
             for i, b in enumerate(chunk):
-                who = (str(b["job"]), int(b["rank"]))
-                since[who] = since.get(who, 0) + 1
-                if since[who] >= announce_every:  # as the compressor agent's emit
-                    announced.pop(who, None)
-                    since[who] = 0
-                known = announced.setdefault(who, set())
+                known = names.known((str(b["job"]), int(b["rank"])))
                 rec = done.record(i, announced=known)
                 known.update(n["id"] for n in rec["kernel_names"])
                 out.append(rec)

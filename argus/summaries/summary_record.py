@@ -28,7 +28,7 @@ Readers need not care: :func:`groups_from_summary` (and :func:`summary_columns`)
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any, TypeGuard
 
@@ -50,9 +50,11 @@ from argus.summaries.quantile_wire import decode_log16, encode_log16, median_ind
 
 __all__ = [
     "CHUNK_EVENTS",
+    "REANNOUNCE_WINDOWS",
     "BatchColumns",
     "BatchError",
     "KernelNames",
+    "NameAnnouncements",
     "SummarizedBatches",
     "batch_columns",
     "groups_from_summary",
@@ -757,6 +759,35 @@ def groups_from_summary(
 def names_from_summary(record: Mapping[str, Any]) -> dict[int, str]:
     """``{kernel_id: name}`` announced in a ``kernel_summary`` record."""
     return {int(n["id"]): str(n["name"]) for n in record.get("kernel_names", [])}
+
+
+#: windows between a rank's full kernel-name announcements (:class:`NameAnnouncements`)
+REANNOUNCE_WINDOWS = 32
+
+
+class NameAnnouncements:
+    """Which kernel ids each producer has announced, the way the compressor sends them: a
+    rank's names with its first window, a new id with the window that first uses it, and
+    all of them again every ``every`` windows (a consumer that starts late learns them).
+
+    Call :meth:`known` once per window of a producer (``who``: any key, e.g. job and rank),
+    pass the set as ``announced=`` to :meth:`SummarizedBatches.record` / ``encoded``, then
+    add the ids that window named to it.
+    """
+
+    def __init__(self, every: int = REANNOUNCE_WINDOWS) -> None:
+        self.every = every
+        self._known: dict[Hashable, set[int]] = {}
+        self._since: dict[Hashable, int] = {}
+
+    def known(self, who: Hashable) -> set[int]:
+        """The ids ``who`` has announced, for its next window (emptied every ``every``)."""
+        n = self._since.get(who, 0) + 1
+        if n >= self.every:
+            self._known.pop(who, None)
+            n = 0
+        self._since[who] = n
+        return self._known.setdefault(who, set())
 
 
 class KernelNames:

@@ -1,5 +1,5 @@
 """The in-memory engine announces each rank's kernel names as the live compressor does (in its
-first window, then every ``_REANNOUNCE`` windows), and finds what it finds with every
+first window, then every ``REANNOUNCE_WINDOWS`` windows), and finds what it finds with every
 summary naming its kernels, restarts included (the L3 role keeps a scope's names)."""
 
 from __future__ import annotations
@@ -51,3 +51,14 @@ def test_the_lean_summaries_find_what_full_ones_find_restarts_included() -> None
     assert [a["id"] for a in restarted.findings] == [a["id"] for a in full.findings]
     l3 = [a for a in restarted.findings if a["level"] == "L3"]
     assert l3 and not any("kernel#" in str(a) for a in l3)  # the names, not their ids
+
+
+def test_name_announcements_forget_a_producer_every_n_windows() -> None:
+    from argus.summaries.summary_record import NameAnnouncements
+
+    names = NameAnnouncements(every=3)
+    first = names.known("j/0")
+    first.update({1, 2})  # named with window 1
+    assert names.known("j/0") == {1, 2}  # window 2: nothing to announce again
+    assert names.known("j/1") == set()  # another rank keeps its own
+    assert names.known("j/0") == set()  # window 3: all of them again

@@ -15,7 +15,8 @@
   summarised or given up (:mod:`argus.streams.held`), so a restart mid-window re-reads the
   window from its first part.
   Kernel names travel as 32-bit ids; each rank's names are announced once, and again every
-  ``_REANNOUNCE`` windows so a consumer that starts late learns them. One window in
+  ``REANNOUNCE_WINDOWS`` windows so a consumer that starts late learns them
+  (:class:`~argus.summaries.summary_record.NameAnnouncements`). One window in
   ``fidelity_every`` is also kept raw for the live fidelity check
   (:func:`argus.streams.fidelity.check_batches`), whose Spearman figure is a metric.
 * **l3**: summaries validated and re-keyed by scope group
@@ -29,7 +30,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections import OrderedDict, defaultdict
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
@@ -54,13 +55,12 @@ from argus.streams.fidelity import check_batches
 from argus.streams.roles.l3 import L3Windows, route_summary
 from argus.streams.validate import checker
 from argus.summaries import summary_record
-from argus.summaries.summary_record import BatchColumns, SummarizedBatches
+from argus.summaries.summary_record import BatchColumns, NameAnnouncements, SummarizedBatches
 
 __all__ = ["register_compressor", "register_l3"]
 
 log = logging.getLogger("argus.streams")
 
-_REANNOUNCE = 32  # windows between full name announcements per rank
 _POLL_MAX = 256  # raw records the compressor takes into one summarize call at most
 _FIDELITY_MIN_RANKS = 8
 _FIDELITY_WAIT_S = 10.0
@@ -72,8 +72,7 @@ _PART_MAX_AGE_S = 120.0
 def register_compressor(ctx: Ctx) -> None:
     keep_freed_blocks()  # a poll's numpy temporaries reuse heap pages (argus.malloc)
     src = ctx.external("raw.kernels")
-    announced: dict[str, set[int]] = {}
-    since: dict[str, int] = defaultdict(int)
+    announced = NameAnnouncements()  # per job/rank: the kernel ids its summaries named
     sample: dict[tuple[str, int], dict[str, Any]] = {}  # (job, window) -> batches/summaries
     checked: OrderedDict[tuple[str, int], None] = OrderedDict()  # windows already judged
     parts = PartAssembler()  # split windows' parts until the last one arrives
@@ -171,11 +170,7 @@ def register_compressor(ctx: Ctx) -> None:
     ) -> None:
         """Announce, encode and send window i of ``done`` (a summarised poll)."""
         who = f"{batch['job']}/{batch['rank']}"
-        since[who] += 1
-        if since[who] >= _REANNOUNCE:
-            announced.pop(who, None)
-            since[who] = 0
-        known = announced.setdefault(who, set())
+        known = announced.known(who)
         job, w = batch["job"], int(batch["window_id"])
         # the record itself only for a window the fidelity check may sample
         rec = done.record(i, announced=known) if w % ctx.pcfg.fidelity_every == 0 else None
