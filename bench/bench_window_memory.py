@@ -59,7 +59,10 @@ TABLE_ROLE = {  # the roles' data tables (ctx.table names) -> role
     "steps-block-windows": "block tier",
     "steps-history": "job tier",
     "steps-digests": "job tier",
-    "l3-cells": "L3",
+    "steps-transfer": "job tier",
+    "steps-hosts": "job tier",
+    "steps-members": "block tier",
+    "funnel-hosts": "funnel",
     "l3-names": "L3",
     "funnel-buckets": "funnel",
 }
@@ -90,6 +93,7 @@ class _Account:
     written: Counter[str] = field(default_factory=Counter)  # table -> bytes of new entries
     added: Counter[str] = field(default_factory=Counter)  # table -> new entries
     largest: Counter[str] = field(default_factory=Counter)  # table -> largest entry (bytes)
+    l3_cells: int = 0  # most L3 cells held at a sample (process memory, no changelog)
 
     def role_bytes(self, role: str) -> int:
         own = [t for t, r in TABLE_ROLE.items() if r == role]
@@ -180,6 +184,7 @@ class _Case:
             keys[STATE_TABLE[name][1]] += 1
         self.acct.states = dict(states)
         self.acct.state_keys = dict(keys)
+        self.acct.l3_cells = max(self.acct.l3_cells, len(self.eng.l3.cells))
         for role in ROLES:
             self.acct.note(role)
         self.acct.samples.append({r: self.acct.role_bytes(r) for r in ROLES})
@@ -302,13 +307,12 @@ def _report(c: _Case, ranks: int) -> None:
         fill.append(f"L1 rows {len(h.get('rows', []))}/512, emitted ids {len(h['emitted'])}/512")
     print(f"    bounded lists: {'; '.join(fill)}")
     cell = a.written["steps-cells"] / max(1, a.added["steps-cells"])
-    l3 = a.written["l3-cells"] / max(1, a.added["l3-cells"])
     print(
-        f"    mean entry: step record cell {cell:,.0f} B, kernel summary cell {l3:,.0f} B;"
+        f"    mean entry: step record cell {cell:,.0f} B;"
         f" ceilings (every rank's cells held as long as the time model allows): blocks"
         f" {ranks} x {pcfg.lateness_steps + 1} steps = {_kb(ranks * (pcfg.lateness_steps + 1) * cell)},"
-        f" L3 {ranks} x {pcfg.l3_windows + pcfg.l3_lateness_windows} windows ="
-        f" {_kb(ranks * (pcfg.l3_windows + pcfg.l3_lateness_windows) * l3)};"
+        f" L3 cells (process memory, not changelogged) at most {a.l3_cells:,} summaries at a"
+        f" sample, bound {ranks} x {pcfg.l3_windows + pcfg.l3_lateness_windows} windows;"
         f" funnel: largest window's findings {_kb(a.largest['funnel-buckets'])}, x 64 open"
         f" windows (its memory bound) = {_kb(64 * a.largest['funnel-buckets'])}"
     )

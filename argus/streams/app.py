@@ -200,6 +200,16 @@ _ITEM: contextvars.ContextVar[tuple[Any, float] | None] = contextvars.ContextVar
 )
 """The item a window agent is folding and its message's time (:func:`window_agent`)."""
 
+_EVENT: contextvars.ContextVar[faust.EventT | None] = contextvars.ContextVar(
+    "argus_window_event", default=None
+)
+
+
+def current_event() -> faust.EventT | None:
+    """The input event a window agent is handling (its role's ``add`` runs inside it), or
+    None outside one: a role that keeps an item in memory holds its offset."""
+    return _EVENT.get()
+
 
 def _item_value() -> bytes | None:
     """The DLQ value of the item being folded: an internal message holding it alone."""
@@ -297,13 +307,15 @@ def watch_sends(ctx: Ctx, *, warn_after_s: float = 10.0) -> None:
     and assigned input partitions (table changelogs are paused by design) the consumer has
     not fetched from (paused, or held back by faust's buffer flow control); and
     :func:`uncommitted_warnings` for input partitions fetched but not committed for
-    3 x ``warn_after_s``."""
+    3 x ``warn_after_s`` (not those whose commit stands at an offset a role holds: the L3
+    cells' open blocks, a compressor's split window)."""
     held_since: dict[tuple[str, int], float] = {}
     behind_since: dict[tuple[str, int], tuple[int, float]] = {}
 
     @ctx.app.timer(interval=warn_after_s, name="watch-sends")
     async def _watch() -> None:
         cons = ctx.app.consumer
+        held_by_role = getattr(cons, "_argus_held", None)  # argus.streams.held.install
         held: set[tuple[str, int]] = set()
         inputs: list[tuple[tuple[str, int], int | None, int | None]] = []
         if not (ctx.app.rebalancing or getattr(ctx.app, "in_recovery", False)):
@@ -320,6 +332,9 @@ def watch_sends(ctx: Ctx, *, warn_after_s: float = 10.0) -> None:
                 except Exception:  # partition moving during a rebalance
                     continue
                 committed = getattr(cons, "_committed_offset", {}).get(tp)  # faust's last commit
+                low = held_by_role.lowest(tp) if held_by_role is not None else None
+                if low is not None and committed is not None and committed >= low:
+                    continue  # standing at an offset held on purpose (argus.streams.held)
                 inputs.append(((tp.topic, tp.partition), pos, committed))
         now = time.monotonic()
         for msg in stall_warnings(
@@ -755,6 +770,7 @@ def window_agent(
     async def _windows(stream: faust.StreamT) -> None:
         async for ev in stream.events():
             note_consumed(ev)
+            token = _EVENT.set(ev)
             try:
                 await _handle(ev)
             except asyncio.CancelledError:
@@ -762,6 +778,8 @@ def window_agent(
             except Exception as exc:
                 log.exception("%s: window agent failed on an event", role)
                 await ctx.dlq(ev, exc, role, reason="handler-error")
+            finally:
+                _EVENT.reset(token)
 
     add_ticker(ctx, topic, tick_s)
     return state

@@ -116,6 +116,25 @@ class EngineResult:
         return [a for a in self.anomalies if a.get("level") == "funnel"]
 
 
+class _HeldPositions:
+    """The L3 cells' held input (:class:`~argus.streams.roles.l3.CellHolder`): positions of
+    the summaries routed so far, per (scope, block), as a worker holds their offsets."""
+
+    def __init__(self) -> None:
+        self.pos = 0  # the summary being routed
+        self._held: dict[tuple[str, int], set[int]] = {}
+
+    def hold(self, scope: str, block: int) -> None:
+        self._held.setdefault((scope, block), set()).add(self.pos)
+
+    def release(self, scope: str, block: int) -> None:
+        self._held.pop((scope, block), None)
+
+    def lowest(self) -> int | None:
+        """The first position a restart reads again (None: nothing held)."""
+        return min((min(p) for p in self._held.values()), default=None)
+
+
 class _Engine:
     def __init__(self, ctx: _MemoryCtx, *, funnel: bool) -> None:
         self.ctx = ctx
@@ -123,17 +142,20 @@ class _Engine:
         self.job_tier = JobSteps(ctx)
         self.job_tier.levels.update({"l1", "l2"})
         self.blocks = StepBlocks(ctx, self.job_tier.levels)
-        self.l3 = L3Windows(ctx, self.routing, ctx.table("l3-cells"))
+        self.held = _HeldPositions()
+        self.l3 = L3Windows(ctx, self.routing, self.held)
+        # every summary routed so far, by position (an input topic: a restart reads the
+        # held ones again)
+        self.summaries: list[tuple[Mapping[str, Any], bool]] = []
         self.funnel = Funnel(ctx) if funnel else None
         self.windows: list[tuple[int, int, Any]] = []
         if self.funnel is not None:
             self.funnel.on_window = lambda a, b, out: self.windows.append((a, b, out))
         self.state: dict[tuple[str, str], Any] = {}
-        self.restarts = False  # whether the driver restarts the roles between records
         self.validate = True  # False: the caller validated the step records already
         self.now = 0.0  # the funnel's processing clock: only its idle rule reads it
 
-    def restart(self) -> None:
+    async def restart(self) -> None:
         """A worker restart between two records: tables and per-key states come back as
         their changelogs hold them (JSON: tuples are lists, keys strings), and the roles'
         process memory (caches, idle clocks, kernel names not in a table) is lost."""
@@ -145,6 +167,13 @@ class _Engine:
         self.funnel = fresh.funnel
         if self.funnel is not None:
             self.funnel.on_window = lambda a, b, out: self.windows.append((a, b, out))
+        # the L3 cells were process memory: read the summaries again from the lowest held
+        # position (what a restarted worker reads from the committed offset)
+        lowest, self.held = self.held.lowest(), fresh.held
+        self.l3.holder = self.held
+        if lowest is not None:
+            for pos in range(lowest, len(self.summaries)):
+                await self._route_summary(pos)
 
     def _st(self, role: Any, name: str, key: str) -> Any:
         st = self.state.get((name, key))
@@ -161,18 +190,22 @@ class _Engine:
 
     async def summary(self, rec: Mapping[str, Any], *, own: bool = False) -> None:
         """Route one ``kernel_summary`` to its scope. ``own``: one this engine's compressor
-        made (:func:`batches_summaries`), handed to the role as its columns without the Avro
-        encode a live compressor sends: the block reads those columns, never the cell, so
-        the cell holds no bytes unless a restart (``restart_every``, which loses the
-        columns with the process memory) may need them. The encode is what validates a
-        record given from outside against the schema; the compressor's own records are
-        the ones the live compressor encodes, complete by construction."""
-        lazy = own and not self.restarts
-        value = b"" if lazy else self.ctx.codec.encode("kernel_summary", dict(rec))
-        for key, item in route_summary(rec, value, self.routing):
-            await self.l3.add(key, self._st(self.l3, "l3", key), item, self.now, rec)
+        made (:func:`batches_summaries`), handed to the role as its record without the Avro
+        encode a live compressor sends (the cell takes the record's columns either way).
+        The encode is what validates a record given from outside against the schema; the
+        compressor's own records are the ones the live compressor encodes, complete by
+        construction."""
+        self.summaries.append((rec, own))
+        await self._route_summary(len(self.summaries) - 1)
         if self.ctx.queue:
             await self.pump()
+
+    async def _route_summary(self, pos: int) -> None:
+        rec, own = self.summaries[pos]
+        value = b"" if own else self.ctx.codec.encode("kernel_summary", dict(rec))
+        self.held.pos = pos
+        for key, item in route_summary(rec, value, self.routing):
+            await self.l3.add(key, self._st(self.l3, "l3", key), item, self.now, rec)
 
     async def pump(self) -> None:
         """Deliver what the roles sent to each other, in order."""
@@ -279,7 +312,6 @@ def run_engine(
     made = batches_summaries(whole, announce_every=REANNOUNCE_WINDOWS)
     summaries = made + [dict(s) for s in kernel_summaries]
     eng = _Engine(ctx, funnel=funnel)
-    eng.restarts = restart_every > 0
     eng.validate = not steps_validated
     own = {id(s) for s in made}
 
@@ -287,7 +319,7 @@ def run_engine(
         for i, (_, kind, rec) in enumerate(_event_order(steps, summaries), 1):
             await (eng.step(rec) if kind == "step" else eng.summary(rec, own=id(rec) in own))
             if restart_every and i % restart_every == 0:
-                eng.restart()
+                await eng.restart()
         await eng.finish()
 
     asyncio.run(go())

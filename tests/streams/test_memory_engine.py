@@ -9,6 +9,7 @@ import pytest
 
 from argus.schemas import Codec
 from argus.sim import simulate
+from argus.streams import memory
 from argus.streams.memory import batches_summaries, run_engine
 
 
@@ -49,12 +50,19 @@ def test_own_summaries_are_not_encoded_given_ones_are(monkeypatch: pytest.Monkey
     assert len(own.alerts) == len(given.alerts)
 
 
-def test_a_restarting_engine_encodes_its_own_summaries_and_finds_the_same(
+def test_a_restarting_engine_reads_the_held_summaries_again_and_finds_the_same(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """The L3 cells are process memory: a restart reads the open blocks' summaries again
+    from the lowest held position, as a worker from its committed offset."""
     steps, batches = _job()
     plain = run_engine(steps, kernel_batches=batches)
     names = _counting(monkeypatch)
     restarted = run_engine(steps, kernel_batches=batches, restart_every=500)
-    assert names.count("kernel_summary") == len(batches)  # the cells outlive the process
+    assert names.count("kernel_summary") == 0  # nothing persisted but the state
+    assert any(a["level"] == "L3" for a in plain.findings)
     assert [a["id"] for a in restarted.findings] == [a["id"] for a in plain.findings]
+    # the same restarts without the re-read lose the open blocks' summaries
+    monkeypatch.setattr(memory._HeldPositions, "lowest", lambda self: None)
+    lossy = run_engine(steps, kernel_batches=batches, restart_every=500)
+    assert _timeless(lossy.findings) != _timeless(plain.findings)

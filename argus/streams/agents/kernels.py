@@ -21,7 +21,10 @@
   (:func:`argus.streams.fidelity.check_batches`), whose Spearman figure is a metric.
 * **l3**: summaries validated and re-keyed by scope group
   (:func:`argus.streams.roles.l3.route_summary`); the role
-  :class:`~argus.streams.roles.l3.L3Windows` judges them.
+  :class:`~argus.streams.roles.l3.L3Windows` judges them. The open blocks' summaries are
+  kept in memory (no changelog): each one's ``l3-scopes`` offset is held uncommitted
+  (:mod:`argus.streams.held`) until its block was judged, so a restarted worker reads them
+  again (:class:`HeldCells`).
 """
 
 from __future__ import annotations
@@ -31,8 +34,8 @@ import functools
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import Any, cast
 
 import faust
 
@@ -45,6 +48,7 @@ from argus.streams import metrics
 from argus.streams.app import (
     Ctx,
     add_lag_gauge,
+    current_event,
     guarded,
     note_consumed,
     route_batches,
@@ -52,6 +56,7 @@ from argus.streams.app import (
     window_agent,
 )
 from argus.streams.fidelity import check_batches
+from argus.streams.roles.context import partition_of
 from argus.streams.roles.l3 import L3Windows, route_summary
 from argus.streams.validate import checker
 from argus.summaries import summary_record
@@ -261,11 +266,47 @@ def register_compressor(ctx: Ctx) -> None:
     add_lag_gauge(ctx, "compressor", [ctx.topic("raw.kernels")])
 
 
+class HeldCells:
+    """The L3 cells' input offsets, held uncommitted per (scope, block) until the block was
+    judged (:class:`~argus.streams.roles.l3.CellHolder` over :mod:`argus.streams.held`)."""
+
+    def __init__(self, held: held_offsets.HeldOffsets) -> None:
+        self.held = held
+        self.blocks: dict[tuple[str, int], set[tuple[Any, int]]] = {}
+
+    def hold(self, scope: str, block: int) -> None:
+        ev = current_event()
+        if ev is None:
+            return
+        where = (ev.message.tp, ev.message.offset)
+        mine = self.blocks.setdefault((scope, block), set())
+        if where not in mine:  # once per message and block: a message holds many items
+            mine.add(where)
+            self.held.hold(*where)
+
+    def release(self, scope: str, block: int) -> None:
+        for tp, offset in self.blocks.pop((scope, block), ()):
+            self.held.release(tp, offset)
+
+    def forget(self, tps: Iterable[Any]) -> None:
+        """Release every offset held on these partitions (revoked: their new owner reads
+        from the committed offset)."""
+        gone = set(tps)
+        for key, mine in list(self.blocks.items()):
+            for where in [w for w in mine if w[0] in gone]:
+                mine.discard(where)
+                self.held.release(*where)
+            if not mine:
+                del self.blocks[key]
+
+
 def register_l3(ctx: Ctx) -> None:
     routing = Routing.from_config(ctx.detectors.routing)
     src = ctx.external("summary.kernels")
     scopes = ctx.internal_topic("l3-scopes")
-    cells = ctx.table("l3-cells")
+    holder = HeldCells(held_offsets.install(ctx.app))
+    l3 = L3Windows(ctx, routing, holder)
+    name = scopes.get_topic_name()
 
     async def route(event: faust.EventT) -> list[tuple[str, Any]]:
         rec = ctx.codec.decode_as("kernel_summary", event.message.value)
@@ -274,6 +315,16 @@ def register_l3(ctx: Ctx) -> None:
             route_summary(rec, event.message.value or b"", routing, event.message.partition)
         )
 
+    async def _revoked(_app: Any, *args: Any, **_kw: Any) -> None:
+        """Scopes whose partition left: their cells are read again by the new owner."""
+        tps = [tp for tp in (args[0] if args else ()) if tp.topic == name]
+        if tps:
+            gone = {tp.partition for tp in tps}
+            holder.forget(tps)
+            parts = ctx.pcfg.internal_partitions
+            l3.forget(lambda scope: partition_of(scope, parts) not in gone)
+
+    ctx.app.on_partitions_revoked.connect(cast(Any, _revoked))  # mode's handler type: any call
     route_batches(ctx, src, scopes, name="l3-router", role="l3", route=route)
-    window_agent(ctx, scopes, name="l3-windows", role="l3", impl=L3Windows(ctx, routing, cells))
-    add_lag_gauge(ctx, "l3", [ctx.topic("summary.kernels"), scopes.get_topic_name()])
+    window_agent(ctx, scopes, name="l3-windows", role="l3", impl=l3)
+    add_lag_gauge(ctx, "l3", [ctx.topic("summary.kernels"), name])

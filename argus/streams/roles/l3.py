@@ -3,6 +3,13 @@
 Pure (no faust, no Kafka): a driver routes each ``kernel_summary`` with
 :func:`route_summary` to its scope group and runs :class:`L3Windows` on it (the faust agent
 of :mod:`argus.streams.agents.kernels`, or :mod:`argus.streams.memory`).
+
+The summaries of a scope's open block (its *cells*) live in process memory only, decoded
+as they arrive, not in a changelogged table: a driver that can lose its memory gives a
+:class:`CellHolder`, and keeps the input of every cell held (uncommitted) until its block
+was judged, so a restarted worker reads the open blocks' summaries again (docs/pipeline.md,
+"Delivery guarantees"). A summary read again for a window the restored state already has
+is kept again when its block is not judged yet, and ignored as a duplicate otherwise.
 """
 
 from __future__ import annotations
@@ -10,17 +17,28 @@ from __future__ import annotations
 import base64
 import dataclasses
 import time
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 from argus.detectors.l3_window import WireSummary, detect_window, table_from_wire, wire_summary
 from argus.routing import Routing
 from argus.streams import metrics, windows
 from argus.streams.roles.context import RoleContext, emit_findings
 from argus.streams.roles.state import KernelItem, L3Progress, L3State
-from argus.summaries.summary_record import BatchError, KernelNames
+from argus.summaries.summary_record import KernelNames
 
-__all__ = ["L3Windows", "route_summary"]
+__all__ = ["CellHolder", "L3Windows", "route_summary"]
+
+
+class CellHolder(Protocol):
+    """Where a driver keeps the input of the cells in memory from being committed."""
+
+    def hold(self, scope: str, block: int) -> None:
+        """The item being added is now a cell of ``block`` (window id // l3_windows) of
+        scope ``scope``: its input must be read again after a restart until released."""
+
+    def release(self, scope: str, block: int) -> None:
+        """Block ``block`` of ``scope`` was judged (its findings and progress sent)."""
 
 
 def route_summary(
@@ -56,11 +74,15 @@ class L3Windows:
     funnel up to which window id the scope was judged, naming the findings just sent.
     """
 
-    def __init__(self, ctx: RoleContext, routing: Routing, cells: Any) -> None:
+    def __init__(
+        self, ctx: RoleContext, routing: Routing, holder: CellHolder | None = None
+    ) -> None:
         self.ctx = ctx
         self.cfg = ctx.detectors.l3
         self.routing = routing
-        self.cells = cells
+        self.holder = holder
+        # cell key ``scope|window|rank`` -> the columns of its summary (process memory)
+        self.cells: dict[str, WireSummary] = {}
         self.names = KernelNames()
         self.name_table = ctx.table("l3-names")  # scope -> {kernel id: name} announced
         self.block = ctx.pcfg.l3_windows
@@ -68,9 +90,6 @@ class L3Windows:
         self.lateness = ctx.pcfg.l3_lateness_windows
         self.idle = ctx.pcfg.idle_close_s
         self.seen: dict[str, float] = {}  # key -> last input in this process (idle bound only)
-        # cell key -> the columns of its summary, when the driver handed the decoded record
-        # (process memory: lost on a restart, when the cells are decoded instead)
-        self.wire: dict[str, WireSummary] = {}
 
     def new(self, key: str) -> L3State:
         return L3State(win=windows.new_state(), block=[], emitted=[])
@@ -84,7 +103,14 @@ class L3Windows:
         decoded: Mapping[str, Any] | None = None,
     ) -> None:
         """Take one routed summary; ``decoded``: the record ``m`` encodes, when the driver
-        has it (the block then reads its columns without decoding the cell)."""
+        has it (not decoded again then).
+
+        Raises
+        ------
+        DecodeError, BatchError
+            The summary does not decode (after the windows took it into account: the
+            block goes on without it).
+        """
         self.seen[gk] = now
         status, closed = windows.add(
             st["win"],
@@ -96,14 +122,15 @@ class L3Windows:
         )
         if m["names"]:
             self._keep_names(gk, m["names"])
-        if status == "new":
-            cell = f"{gk}|{m['window']}|{m['rank']}"
-            self.cells[cell] = m["summary"]
-            if decoded is not None:
-                try:
-                    self.wire[cell] = wire_summary(decoded)
-                except BatchError:  # the block decodes the cell and says what is wrong
-                    self.wire.pop(cell, None)
+        cell = f"{gk}|{m['window']}|{m['rank']}"
+        failed: Exception | None = None
+        if status == "new" or (
+            status == "dup" and cell not in self.cells and _unjudged(st, m["window"], m["rank"])
+        ):  # new, or read again after a restart (its cell was in the lost memory)
+            try:
+                self._keep(gk, cell, m, decoded)
+            except Exception as exc:  # raised once its window is taken care of
+                failed = exc
         elif status == "dup":
             metrics.DUPLICATES.labels("l3").inc()
         else:
@@ -115,6 +142,22 @@ class L3Windows:
             )
         if closed:
             await self.on_closed(gk, st, closed)
+        if failed is not None:
+            raise failed
+
+    def _keep(self, gk: str, cell: str, m: KernelItem, decoded: Mapping[str, Any] | None) -> None:
+        """Decode the summary into its cell and hold its input until its block is judged."""
+        if decoded is None:
+            decoded = self.ctx.codec.decode_as("kernel_summary", base64.b64decode(m["summary"]))
+        self.cells[cell] = wire_summary(decoded)
+        if self.holder is not None:
+            self.holder.hold(gk, int(m["window"]) // self.block)
+
+    def forget(self, mine: Callable[[str], bool]) -> None:
+        """Drop the cells of the scopes for which ``mine(scope)`` is false (their input
+        partitions went to another worker, which reads them again)."""
+        for cell in [c for c in self.cells if not mine(c.split("|", 1)[0])]:
+            del self.cells[cell]
 
     def _keep_names(self, gk: str, names: dict[str, str]) -> None:
         """Kernel names announced to this scope, in a table: the compressor announces a
@@ -165,20 +208,15 @@ class L3Windows:
         """Judge the open block; then tell the funnel that L3 judged this scope's windows
         up to window id ``upto`` (steps: the collectors number windows by first step)."""
         job = gk.split("/", 1)[0]
+        block_id = st.get("block_id")
         todo, st["block"] = st["block"], []
         incomplete = st.pop("block_inc", None)  # a window of it closed incomplete
         records: list[WireSummary] = []
         for w, ranks in todo:
             for r in ranks:
-                key = f"{gk}|{w}|{r}"
-                v = self.cells.get(key)
-                ws = self.wire.pop(key, None)
-                if v is not None:
-                    if ws is None:
-                        rec = self.ctx.codec.decode_as("kernel_summary", base64.b64decode(v))
-                        ws = wire_summary(rec)
+                ws = self.cells.pop(f"{gk}|{w}|{r}", None)
+                if ws is not None:  # None: it did not decode (sent to the DLQ)
                     records.append(ws)
-                    del self.cells[key]
         if records:
             self.names.merge(self.name_table.get(gk) or {})  # after a restart too
         sent = await self._judge(job, records, incomplete, st["emitted"]) if records else []
@@ -189,6 +227,8 @@ class L3Windows:
             job,
             {"items": [L3Progress(scope=gk, upto=upto, ids=ids)], "t": time.time()},
         )
+        if self.holder is not None and block_id is not None:
+            self.holder.release(gk, int(block_id))
 
     async def _judge(
         self,
@@ -221,3 +261,12 @@ class L3Windows:
                 for f in found
             ]
         return await emit_findings(self.ctx, found, emitted, "l3")
+
+
+def _unjudged(st: L3State, window: int, rank: int) -> bool:
+    """Whether ``rank``'s summary of ``window`` is one the scope's state waits to judge: the
+    window pending with it, or closed with it into the open block."""
+    pend = st["win"]["pending"].get(str(window))
+    if pend is not None:
+        return rank in pend["got"]
+    return any(w == window and rank in ranks for w, ranks in st["block"])
