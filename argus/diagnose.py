@@ -132,17 +132,16 @@ def read_avro(path: str | Path) -> tuple[str, Iterator[dict[str, Any]]]:
 
     def blocks() -> Iterator[dict[str, Any]]:
         """Today's ``kernel_batch``: fastavro's blocks (decompressed), the records read by
-        :class:`KernelBatchReader` (the same dicts; 61,440 80-event windows: 1.83 -> 1.27 s
-        CPU)."""
+        :class:`KernelBatchReader` a block at a time (the same dicts, equal stream lists
+        sharing their dicts: the engine only reads them; 61,440 80-event windows: 1.83 ->
+        1.27 s CPU, then ~0.1 s less and 80 MB less)."""
         try:
             fh.seek(0)
-            kb = KernelBatchReader()
+            kb = KernelBatchReader(shared_streams=True)
             for block in fastavro.block_reader(fh):
                 # bytes_: the decompressed block (a BytesIO; not in fastavro's stub)
-                data, pos = block.bytes_.getvalue(), 0  # type: ignore[attr-defined]
-                for _ in range(block.num_records):
-                    rec, pos = kb.decode(data, pos)
-                    yield rec
+                data = block.bytes_.getvalue()  # type: ignore[attr-defined]
+                yield from kb.records(data, block.num_records)
         finally:
             fh.close()
 

@@ -208,6 +208,9 @@ def test_corrupt_bodies_as_fastavro() -> None:
         (b"\x80" * 10 + b"\x01", True),  # 11 bytes, as fastavro reads them
         (b"\xff" * 30 + b"\x03", True),
         (b"\xff" * 30, False),  # the body ends inside it
+        (b"\x80\x01", True),  # two bytes: the inline path
+        (b"\xff\x7f", True),
+        (b"\x81", False),  # the body ends after its first byte
     ],
 )
 def test_long_varints(varint: bytes, ok: bool) -> None:
@@ -263,6 +266,8 @@ def test_read_avro_containers_as_fastavro(
 
     rnd = random.Random(6)
     recs = [random_record(rnd, rnd.choice([0, 3, 80])) for _ in range(300)]
+    for r in recs[::2]:
+        r["streams"] = [{"id": 3, "kind": "comm", "label": "nccl " * 20}]  # > _KEY bytes
     path = tmp_path / "kernels.avro"
     with open(path, "wb") as fh:
         fastavro.writer(fh, WRITER, recs, codec=codec, sync_interval=2000)
@@ -271,14 +276,42 @@ def test_read_avro_containers_as_fastavro(
         fh.seek(0)
         want = list(fastavro.reader(fh))
     calls = []
-    decode = KernelBatchReader.decode
+    records = KernelBatchReader.records
     monkeypatch.setattr(
-        KernelBatchReader, "decode", lambda self, *a: calls.append(1) or decode(self, *a)
+        KernelBatchReader,
+        "records",
+        lambda self, data, n: calls.append(n) or records(self, data, n),
     )
     name, it = read_avro(path)
     assert name == "kernel_batch"
-    assert list(it) == want == recs
-    assert len(calls) == len(recs)
+    got = list(it)
+    assert got == want == recs
+    assert sum(calls) == len(recs)
+    # stream lists of equal bytes share their dicts (read only), each record its own list
+    alike = [r["streams"] for r in got[::2]]
+    assert len({id(s) for s in alike}) == len(alike)
+    assert len({id(s[0]) for s in alike}) < len(alike) / 4
+
+
+def test_records_of_a_block_as_decode() -> None:
+    """:meth:`KernelBatchReader.records` over bodies one after another: each record as
+    :meth:`decode` reads it; a cut block raises what ``decode`` raises at the cut."""
+    rnd = random.Random(12)
+    recs = [random_record(rnd, rnd.choice([0, 2, 80])) for _ in range(30)]
+    block = b"".join(body_of(r) for r in recs)
+    assert KernelBatchReader().records(block, len(recs)) == recs
+    shared = KernelBatchReader(shared_streams=True).records(HEADER + block, len(recs), len(HEADER))
+    assert shared == recs
+    for cut in sorted(rnd.sample(range(len(block)), 200)):
+        kb, pos, want = KernelBatchReader(), 0, None
+        try:
+            for _ in range(len(recs)):
+                pos = kb.decode(block[:cut], pos)[1]
+        except (EOFError, ValueError) as exc:
+            want = type(exc)
+        with pytest.raises(want or EOFError) as got:
+            KernelBatchReader().records(block[:cut], len(recs))
+        assert got.type is want
 
 
 def test_many_dictionaries_alike() -> None:
