@@ -95,36 +95,44 @@ def _kids(names: list[str]) -> list[int]:
     return out  # type: ignore[return-value]
 
 
-_LISTS: dict[tuple[int, str, str], tuple[list[str], np.ndarray]] = {}
+_LISTS: dict[tuple[int, str, str], tuple[list[str], np.ndarray, np.ndarray]] = {}
 _LISTS_MAX = 4096
 
 
-def _list_kids(names: list[str]) -> np.ndarray:
-    """(len(names),) uint32 kernel ids of a record's name dictionary.
+def _list_ids(names: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(len(names),) uint32 kernel ids of a record's name dictionary, and the same ids as
+    the cache's Python ints (an object array): ``SummarizedBatches`` hands out these very
+    objects, so a set of announced ids tests them by identity, without reading each int.
 
     A producer sends the same dictionary window after window: the last list seen with the
     same length and end names is compared (string equality, no hashing of the ~300-character
     names) and its ids reused; any other list goes through :func:`_kids`.
     """
     if not names:
-        return np.zeros(0, np.uint32)
+        return np.zeros(0, np.uint32), np.zeros(0, object)
     key = (len(names), names[0], names[-1])
     hit = _LISTS.get(key)
     if hit is not None and hit[0] == names:
-        return hit[1]
-    kids = np.array(_kids(names), dtype=np.uint32)
+        return hit[1], hit[2]
+    ints = _kids(names)
+    kids = np.array(ints, dtype=np.uint32)
+    objs = np.empty(len(ints), object)
+    objs[:] = ints
     kids.setflags(write=False)
+    objs.setflags(write=False)
     if len(_LISTS) >= _LISTS_MAX:
         _LISTS.clear()
-    _LISTS[key] = (names, kids)
-    return kids
+    _LISTS[key] = (names, kids, objs)
+    return kids, objs
 
 
 class _Names(list[str]):
-    """A record's name dictionary and ``kids``, its kernel ids (:func:`_list_kids`)."""
+    """A record's name dictionary, ``kids``, its kernel ids, and ``objs``, the same as Python
+    ints (:func:`_list_ids`)."""
 
-    __slots__ = ("kids",)
+    __slots__ = ("kids", "objs")
     kids: np.ndarray
+    objs: np.ndarray
 
 
 #: A ``kernel_batch``'s columns as :func:`batch_columns` gives them.
@@ -178,7 +186,7 @@ def batch_columns(batch: Mapping[str, Any]) -> BatchColumns:
             "bad-name-index",
             f"name_idx {int(_max(name_idx))} but the name dictionary has {len(names)} names",
         )
-    names.kids = _list_kids(names)  # while the decoded strings are in cache
+    names.kids, names.objs = _list_ids(names)  # while the decoded strings are in cache
     return names, name_idx, stream, dur
 
 
@@ -369,6 +377,7 @@ class SummarizedBatches:
         config = DEFAULT if config is None else config
         self.batches = batches
         self.off_all: np.ndarray | None = None
+        self._uk_objs: np.ndarray | None = None  # kernel ids as the name cache's int objects
         given = columns if columns is not None else [None] * len(batches)
         cols = [batch_columns(b) if c is None else c for b, c in zip(batches, given, strict=True)]
         self.names = [c[0] for c in cols]
@@ -394,14 +403,19 @@ class SummarizedBatches:
             self.gk_first = np.zeros(0, bool)
             return
         name_counts = np.fromiter((len(c[0]) for c in cols), np.int64, n_rec)
-        lists = [c[0].kids if type(c[0]) is _Names else _list_kids(c[0]) for c in cols]
+        ids = [(c[0].kids, c[0].objs) if type(c[0]) is _Names else _list_ids(c[0]) for c in cols]
         n_names = int(name_counts.sum())
-        if all(k is lists[0] for k in lists):  # one dictionary (the producers' usual case)
-            uk, k_of_name = np.unique(lists[0], return_inverse=True)
-            k_of_name = np.tile(k_of_name.reshape(-1), n_rec)
-        else:
-            uk, k_of_name = np.unique(np.concatenate(lists), return_inverse=True)
+        if all(k[0] is ids[0][0] for k in ids):  # one dictionary (the producers' usual case)
+            uk, k_of_name = np.unique(ids[0][0], return_inverse=True)
             k_of_name = k_of_name.reshape(-1)
+            self._uk_objs = np.empty(uk.size, object)
+            self._uk_objs[k_of_name] = ids[0][1]  # the id objects (a name may recur)
+            k_of_name = np.tile(k_of_name, n_rec)
+        else:
+            uk, k_of_name = np.unique(np.concatenate([k[0] for k in ids]), return_inverse=True)
+            k_of_name = k_of_name.reshape(-1)
+            self._uk_objs = np.empty(uk.size, object)
+            self._uk_objs[k_of_name] = np.concatenate([k[1] for k in ids])
         stream = np.concatenate([c[2] for c in cols])
         s_max = int(stream.max())
         if n_names * (s_max + 1) <= 4 * stream.size + 4096:
@@ -418,8 +432,12 @@ class SummarizedBatches:
         width = max(us.size, 1)
         # slot = (record's name, stream), one per event: the name index made global, then
         # numbered in the order of the groups (record, kernel id, stream)
-        slot = np.concatenate([c[1] for c in cols], dtype=np.int64)
-        slot += (np.cumsum(name_counts) - name_counts).repeat(sizes)
+        slot = np.empty(stream.size, np.int64)
+        at = base = 0
+        for c in cols:  # a record's name indices + the names before it, one call per record
+            np.add(c[1], np.int64(base), out=slot[at : at + c[1].size])
+            at += c[1].size
+            base += len(c[0])
         slot *= width
         slot += s_dense.reshape(-1)
         del stream, s_dense
@@ -452,7 +470,8 @@ class SummarizedBatches:
         )
         self._set(config, res.many, res.block_groups, [r.total for r in res.rejected])
         gid = groups[res.many.group_ids]
-        self.gk_all = uk[gid // width % n_k].astype("<u4")
+        self._k_all = gid // width % n_k  # index into uk
+        self.gk_all = uk[self._k_all].astype("<u4")
         self.gs_all = us[gid % width].astype("<u4")
         self._first_of_kernel(res.block_groups)
 
@@ -618,7 +637,10 @@ class SummarizedBatches:
         off_item = 2 * (n_levels - 1) if self.off_all is not None else 0
         at = np.zeros(self.gk_first.size + 1, np.int64)
         np.cumsum(self.gk_first, out=at[1:])
-        used_all = self.gk_all[self.gk_first].tolist()
+        if self._uk_objs is not None:  # the name cache's int objects
+            used_all = self._uk_objs[self._k_all[self.gk_first]].tolist()
+        else:
+            used_all = self.gk_all[self.gk_first].tolist()
         return (*views, q_item, off_item, used_all, at[self.bg].tolist())
 
 

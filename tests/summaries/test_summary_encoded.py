@@ -121,3 +121,25 @@ def test_long_is_avro_zigzag(n: int) -> None:
     buf = io.BytesIO()
     fastavro.schemaless_writer(buf, fastavro.parse_schema("long"), n)
     assert avro_long(n) == buf.getvalue()
+
+
+@pytest.mark.parametrize("mixed", [False, True], ids=["one-dictionary", "dictionaries"])
+def test_named_ids_are_the_name_caches_ints(mixed: bool) -> None:
+    """The ids a summary names are the name cache's own int objects (a set of announced ids
+    then tests them by identity); announced sets holding equal ints that are other objects
+    give the same bytes, and a set holding every id names none."""
+    recs = _records(4, 8)
+    if mixed:  # records with their own dictionaries: the ids of every one are the cache's
+        recs[3] = {**recs[3], "names": [*recs[3]["names"], "extra"]}
+    codec = Codec()
+    done = sr.SummarizedBatches(recs)
+    for i, r in enumerate(recs):
+        data, named = done.encoded(i, codec, announced=set())
+        cached = {k: k for k in sr._kids(list(r["names"]))}
+        assert all(cached[k] is k for k in named)
+        copies = {int(str(k)) for k in named}  # equal ints, other objects
+        assert done.encoded(i, codec, announced=copies) == (
+            sr.SummarizedBatches([r]).encoded(0, codec, announced=set(named))
+        )
+        assert done.encoded(i, codec, announced=copies)[1] == []
+        assert data == codec.encode("kernel_summary", done.record(i, announced=set()))
