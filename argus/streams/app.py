@@ -217,7 +217,7 @@ def _item_value() -> bytes | None:
     if cur is None:
         return None
     item, now = cur
-    return json.dumps({"items": [item], "t": now}, separators=(",", ":")).encode()
+    return rekey_messages([(None, item_bytes(item))], now)[0][1]
 
 
 def is_tick(event: faust.EventT) -> bool:
@@ -571,29 +571,81 @@ REKEY_MESSAGE_BYTES = 256 * 1024
 together, however large."""
 
 
-def rekey_messages(items: list[tuple[Any, bytes]], sent: float) -> list[tuple[list[Any], bytes]]:
+BLOB = "blob"
+"""An item's field of raw bytes: it travels after the message's JSON, not inside it (no
+base64, no JSON escaping; :func:`item_bytes`), and comes back as ``bytes``
+(:func:`read_message`)."""
+
+
+def item_bytes(item: Any) -> tuple[bytes, bytes | None]:
+    """``(JSON, blob)`` of one routed item: its :data:`BLOB` field (``bytes``) out of the
+    JSON, which names its size instead (``blob_size``); None when it has none."""
+    blob = item.get(BLOB) if isinstance(item, dict) else None
+    if isinstance(blob, bytes | bytearray | memoryview):
+        rest = {k: v for k, v in item.items() if k != BLOB}
+        rest["blob_size"] = len(blob)
+        return json.dumps(rest, separators=(",", ":")).encode(), bytes(blob)
+    return json.dumps(item, separators=(",", ":")).encode(), None
+
+
+def rekey_messages(
+    items: list[tuple[Any, tuple[bytes, bytes | None]]], sent: float
+) -> list[tuple[list[Any], bytes]]:
     """The messages of one key's items in a poll: ``[(owners, value)]``.
 
-    ``items`` are ``(owner, item JSON)`` in order (owner: the event the item came from); a
-    value is ``{"items": [...], "t": sent}`` holding items in order, cut between owners
-    once it reaches :data:`REKEY_MESSAGE_BYTES`. ``owners`` lists each message's owners
-    once, in order."""
+    ``items`` are ``(owner, (item JSON, blob))`` in order (owner: the event the item came
+    from; :func:`item_bytes`); a value is the JSON ``{"items": [...], "t": sent}`` holding
+    items in order, then, when some item has a blob, a NUL byte and the blobs in item order
+    (JSON text never holds a raw NUL), cut between owners once it reaches
+    :data:`REKEY_MESSAGE_BYTES`. ``owners`` lists each message's owners once, in order."""
     t = b'],"t":' + json.dumps(sent).encode() + b"}"
     out: list[tuple[list[Any], bytes]] = []
     owners: list[Any] = []
     parts: list[bytes] = []
+    blobs: list[bytes] = []  # of the items that have one (empty ones too)
     size = 0
-    for owner, data in items:
+
+    def value() -> bytes:
+        head = b'{"items":[' + b",".join(parts) + t
+        return head + b"\0" + b"".join(blobs) if blobs else head
+
+    for owner, (data, blob) in items:
         if not owners or owners[-1] is not owner:
             if size >= REKEY_MESSAGE_BYTES:
-                out.append((owners, b'{"items":[' + b",".join(parts) + t))
-                owners, parts, size = [], [], 0
+                out.append((owners, value()))
+                owners, parts, blobs, size = [], [], [], 0
             owners.append(owner)
         parts.append(data)
-        size += len(data) + 1
+        if blob is not None:
+            blobs.append(blob)
+        size += len(data) + 1 + len(blob or b"")
     if parts:
-        out.append((owners, b'{"items":[' + b",".join(parts) + t))
+        out.append((owners, value()))
     return out
+
+
+def read_message(value: bytes) -> dict[str, Any]:
+    """A re-key message (:func:`rekey_messages`) or a tick: its JSON, each item's blob back
+    in its :data:`BLOB` field.
+
+    Raises
+    ------
+    ValueError
+        Not JSON, or blobs that do not add up to the bytes after the NUL.
+    """
+    head, nul, tail = value.partition(b"\0")
+    msg: dict[str, Any] = json.loads(head)
+    if not nul:
+        return msg
+    pos = 0
+    for item in msg.get("items") or ():
+        n = item.pop("blob_size", None) if isinstance(item, dict) else None
+        if n is not None:
+            item[BLOB] = tail[pos : pos + int(n)]
+            pos += int(n)
+    if pos != len(tail):
+        raise ValueError(f"re-key message: blobs of {pos} bytes, {len(tail)} after the JSON")
+    return msg
 
 
 def route_batches(
@@ -615,16 +667,13 @@ def route_batches(
 
     async def poll(events: list[faust.EventT]) -> None:
         poll_size.observe(len(events))
-        by_key: dict[str, list[tuple[Any, bytes]]] = {}
+        by_key: dict[str, list[tuple[Any, tuple[bytes, bytes | None]]]] = {}
         for event in events:
             records_in.inc()
             note_consumed(event)
             try:
                 routed = await route(event)
-                mine = [
-                    (k, json.dumps(item, separators=(",", ":")).encode())
-                    for k, item in routed or ()
-                ]
+                mine = [(k, item_bytes(item)) for k, item in routed or ()]
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # undecodable or invalid
@@ -726,7 +775,7 @@ def window_agent(
     parts = ctx.pcfg.internal_partitions
 
     async def _handle(ev: faust.EventT) -> None:
-        msg = json.loads(ev.message.value or b"{}")
+        msg = read_message(ev.message.value or b"{}")
         now = float(msg.get("t") or msg.get("now") or time.time())
         if is_tick(ev):
             part = ev.message.partition

@@ -6,16 +6,26 @@ from __future__ import annotations
 import json
 import random
 
-from argus.streams.app import REKEY_MESSAGE_BYTES, rekey_messages
+import pytest
+
+from argus.streams.app import (
+    BLOB,
+    REKEY_MESSAGE_BYTES,
+    item_bytes,
+    read_message,
+    rekey_messages,
+)
 
 
-def _items(owners: int, per: list[int], size: int) -> list[tuple[object, bytes]]:
+def _items(
+    owners: int, per: list[int], size: int
+) -> list[tuple[object, tuple[bytes, bytes | None]]]:
     evs = [object() for _ in range(owners)]
     out = []
     n = 0
     for ev, k in zip(evs, per, strict=True):
         for _ in range(k):
-            out.append((ev, json.dumps({"n": n, "pad": "x" * size}).encode()))
+            out.append((ev, item_bytes({"n": n, "pad": "x" * size})))
             n += 1
     return out
 
@@ -51,3 +61,31 @@ def test_one_large_event_travels_whole() -> None:
     items = _items(1, [120], 4000)  # ~480 KB from one event: one message, not cut
     ((owners, value),) = rekey_messages(items, 2.0)
     assert len(owners) == 1 and len(json.loads(value)["items"]) == 120
+
+
+def test_blobs_travel_after_the_json_and_come_back_in_order() -> None:
+    rng = random.Random(5)
+    evs = [object() for _ in range(120)]
+    sent = []
+    for i in range(len(evs)):
+        item: dict[str, object] = {"n": i, "names": {"1": "gemm\u0000x"}}
+        if i % 3:  # some items without a blob; blobs holding NUL bytes and every value
+            item[BLOB] = bytes(rng.randrange(256) for _ in range(rng.randrange(0, 9000)))
+        sent.append(item)
+    msgs = rekey_messages([(ev, item_bytes(it)) for ev, it in zip(evs, sent, strict=True)], 3.0)
+    assert len(msgs) > 1  # cut by size, blobs counted
+    got = [it for _, v in msgs for it in read_message(v)["items"]]
+    assert got == sent
+    # a message without blobs is plain JSON, as before blobs (and as ticks are)
+    ((_, plain),) = rekey_messages([(evs[0], item_bytes({"n": 0}))], 1.0)
+    assert json.loads(plain) == read_message(plain) == {"items": [{"n": 0}], "t": 1.0}
+    # empty blobs only: still blobs
+    ((_, empty),) = rekey_messages([(evs[0], item_bytes({"n": 0, BLOB: b""}))], 1.0)
+    assert read_message(empty)["items"] == [{"n": 0, BLOB: b""}]
+
+
+def test_a_message_whose_blobs_do_not_add_up_is_refused() -> None:
+    ((_, value),) = rekey_messages([(None, item_bytes({BLOB: b"abc"}))], 1.0)
+    assert read_message(value)["items"] == [{BLOB: b"abc"}]
+    with pytest.raises(ValueError, match="blobs of 3 bytes, 4 after"):
+        read_message(value + b"!")

@@ -54,8 +54,9 @@ def _uncached(rec: dict[str, Any], value: bytes, routing: Routing) -> list[tuple
                 "rank": rec["rank"],
                 "window": rec["window_id"],
                 "expected": routing.expected_size(rec["coords"], "dp"),
-                "summary": "AAE=",
+                "blob": value,
                 "part": 2,
+                "offset": 7,
                 "names": {"3": "gemm"} if rec["window_id"] == 0 else {},
             },
         )
@@ -75,7 +76,7 @@ def test_routed_items_equal_the_uncached_ones(table: dict[str, Any] | None) -> N
         for window in range(3):  # each coords seen again: cache hits
             for rank, c in enumerate(coords):
                 rec = _rec(dict(c), rank, window)
-                got = route_summary(rec, b"\x00\x01", routing, part=2)
+                got = route_summary(rec, b"\x00\x01", routing, part=2, offset=7)
                 assert got == _uncached(rec, b"\x00\x01", fresh)
     # one answer per (layout, coords) kept; the sizes differ, so no two layouts share a key
     assert len(routing._scopes) == sum(len(_all_coords(s)) for s in LAYOUTS)

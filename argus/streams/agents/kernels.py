@@ -24,7 +24,9 @@
   :class:`~argus.streams.roles.l3.L3Windows` judges them. The open blocks' summaries are
   kept in memory (no changelog): each one's ``l3-scopes`` offset is held uncommitted
   (:mod:`argus.streams.held`) until its block was judged, so a restarted worker reads them
-  again (:class:`HeldCells`).
+  again (:class:`HeldCells`). The router hands what it decoded to the window agent in the
+  same process (:class:`~argus.streams.roles.l3.RecentRecords`), and the summary crosses
+  ``l3-scopes`` as raw bytes after the message's JSON (``argus.streams.app.BLOB``).
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ from argus.streams.app import (
 )
 from argus.streams.fidelity import check_batches
 from argus.streams.roles.context import partition_of
-from argus.streams.roles.l3 import L3Windows, route_summary
+from argus.streams.roles.l3 import L3Windows, RecentRecords, route_summary
 from argus.streams.validate import checker
 from argus.summaries import summary_record
 from argus.summaries.summary_record import BatchColumns, NameAnnouncements, SummarizedBatches
@@ -305,15 +307,16 @@ def register_l3(ctx: Ctx) -> None:
     src = ctx.external("summary.kernels")
     scopes = ctx.internal_topic("l3-scopes")
     holder = HeldCells(held_offsets.install(ctx.app))
-    l3 = L3Windows(ctx, routing, holder)
+    recent = RecentRecords()
+    l3 = L3Windows(ctx, routing, holder, recent)
     name = scopes.get_topic_name()
 
     async def route(event: faust.EventT) -> list[tuple[str, Any]]:
-        rec = ctx.codec.decode_as("kernel_summary", event.message.value)
-        checker(ctx).kernel_summary(rec, event.message.value)  # its columns too
-        return list(
-            route_summary(rec, event.message.value or b"", routing, event.message.partition)
-        )
+        msg = event.message
+        rec = ctx.codec.decode_as("kernel_summary", msg.value)
+        checker(ctx).kernel_summary(rec, msg.value)  # its columns too
+        recent.put(msg.partition, msg.offset, rec)  # not decoded again by the windows here
+        return list(route_summary(rec, msg.value or b"", routing, msg.partition, msg.offset))
 
     async def _revoked(_app: Any, *args: Any, **_kw: Any) -> None:
         """Scopes whose partition left: their cells are read again by the new owner."""

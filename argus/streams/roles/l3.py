@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
@@ -27,7 +28,7 @@ from argus.streams.roles.context import RoleContext, emit_findings
 from argus.streams.roles.state import KernelItem, L3Progress, L3State
 from argus.summaries.summary_record import KernelNames
 
-__all__ = ["CellHolder", "L3Windows", "route_summary"]
+__all__ = ["CellHolder", "L3Windows", "RecentRecords", "route_summary"]
 
 
 class CellHolder(Protocol):
@@ -42,10 +43,10 @@ class CellHolder(Protocol):
 
 
 def route_summary(
-    rec: Mapping[str, Any], value: bytes, routing: Routing, part: int = 0
+    rec: Mapping[str, Any], value: bytes, routing: Routing, part: int = 0, offset: int = -1
 ) -> list[tuple[str, KernelItem]]:
-    """The routed item of one ``kernel_summary`` (``value``: its encoded bytes; ``part``: the
-    partition it came from): ``[(job/dp/<scope group>, item)]``."""
+    """The routed item of one ``kernel_summary`` (``value``: its encoded bytes; ``part``,
+    ``offset``: where it came from): ``[(job/dp/<scope group>, item)]``."""
     sid, expected = routing.scope_of(rec["coords"], "dp")
     return [
         (
@@ -54,13 +55,33 @@ def route_summary(
                 rank=rec["rank"],
                 window=rec["window_id"],
                 expected=expected,
-                summary=base64.b64encode(value).decode(),
+                blob=value,
                 part=part,
+                offset=offset,
                 # names this summary announces, kept by the scope (a restart needs them)
                 names={str(int(n["id"])): str(n["name"]) for n in rec.get("kernel_names") or ()},
             ),
         )
     ]
+
+
+class RecentRecords:
+    """The newest ``size`` decoded summaries by where they came from (partition, offset):
+    the router puts what it decoded, the window agent of the same process takes it instead
+    of decoding the item again (a miss, e.g. a scope owned by another process or a restart,
+    decodes)."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self.size = size
+        self._recs: OrderedDict[tuple[int, int], Mapping[str, Any]] = OrderedDict()
+
+    def put(self, part: int, offset: int, rec: Mapping[str, Any]) -> None:
+        self._recs[(part, offset)] = rec
+        if len(self._recs) > self.size:
+            self._recs.popitem(last=False)
+
+    def take(self, part: int, offset: int) -> Mapping[str, Any] | None:
+        return self._recs.pop((part, offset), None)
 
 
 class L3Windows:
@@ -75,12 +96,17 @@ class L3Windows:
     """
 
     def __init__(
-        self, ctx: RoleContext, routing: Routing, holder: CellHolder | None = None
+        self,
+        ctx: RoleContext,
+        routing: Routing,
+        holder: CellHolder | None = None,
+        recent: RecentRecords | None = None,
     ) -> None:
         self.ctx = ctx
         self.cfg = ctx.detectors.l3
         self.routing = routing
         self.holder = holder
+        self.recent = recent  # what this process's router decoded
         # cell key ``scope|window|rank`` -> the columns of its summary (process memory)
         self.cells: dict[str, WireSummary] = {}
         self.names = KernelNames()
@@ -147,8 +173,13 @@ class L3Windows:
 
     def _keep(self, gk: str, cell: str, m: KernelItem, decoded: Mapping[str, Any] | None) -> None:
         """Decode the summary into its cell and hold its input until its block is judged."""
+        if decoded is None and self.recent is not None and m.get("offset", -1) >= 0:
+            decoded = self.recent.take(int(m["part"]), int(m["offset"]))
         if decoded is None:
-            decoded = self.ctx.codec.decode_as("kernel_summary", base64.b64decode(m["summary"]))
+            blob = m.get("blob")
+            if blob is None:  # an item routed before blobs
+                blob = base64.b64decode(m.get("summary") or "")
+            decoded = self.ctx.codec.decode_as("kernel_summary", blob)
         self.cells[cell] = wire_summary(decoded)
         if self.holder is not None:
             self.holder.hold(gk, int(m["window"]) // self.block)

@@ -170,9 +170,11 @@ class KernelItem(TypedDict):
     rank: int
     window: int
     expected: int  # ranks of the scope
-    summary: str  # the encoded kernel_summary, base64
-    part: int
+    blob: bytes  # the encoded kernel_summary (after the message's JSON: app.BLOB)
+    part: int  # its partition of summary.kernels
+    offset: int  # its offset there (-1: not from Kafka)
     names: dict[str, str]  # kernel id -> name announced by this summary
+    summary: NotRequired[str]  # before blobs: the encoded kernel_summary in base64
 
 
 class L3State(TypedDict):
