@@ -1021,13 +1021,16 @@ def _valley_splits(
     if at_min.size == 0:
         return at_min
     cand = ext[at_min]
-    cg = goff_k.searchsorted(cand, side="right") - 1  # index into kept
+    # index into kept: goff_k.searchsorted(cand, side="right") - 1 as a take from the grid
+    # points' segments (~15 % faster; clip: a point past the grid is the last segment's)
+    cg = np.take(np.arange(kept.size).repeat(size_k), cand, mode="clip")
     # the valley bin's centre above the segment's minimum: a boundary keeps min_log_gap from
     # the data's bottom and top (step 5), so the others (~2/3) are dropped before searching
     xb = (cand - goff_k[cg] - pad + 0.5) * step[cg]
     inside = (xb >= config.min_log_gap) & (xb <= rng_k[cg] - config.min_log_gap)
     if not inside.all():
-        at_min, cand, cg, xb = at_min[inside], cand[inside], cg[inside], xb[inside]
+        # compress: ~2x a boolean index's speed
+        at_min, cand, cg, xb = (np.compress(inside, a) for a in (at_min, cand, cg, xb))
         if cand.size == 0:
             return at_min
     pos = ti.searchsorted(cand)  # events of kept segments in bins < cand go left
