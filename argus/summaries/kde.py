@@ -712,9 +712,15 @@ def _summarize(
     config: KdeConfig,
     group_block_in: np.ndarray | None = None,
     group_counts_in: np.ndarray | None = None,
+    slots: tuple[np.ndarray, np.ndarray, int] | None = None,
 ) -> BlockSummaries:
     """The computation of :func:`summarize_blocks` (inputs validated; ``sizes`` (B,) int64;
     ``group_block_in``, ``group_counts_in``: its ``group_block``, ``group_counts``).
+
+    ``slots``, with ``group_block_in``: ``(used, group, n)`` when ``g_in`` holds slots < n
+    rather than groups (the compressor's (name, stream) slots): slot ``used[k]`` is group
+    ``group[k]``, no event has another slot. The groups' log offsets are then looked up per
+    slot (no per-event group array) when every event is valid.
 
     See the module doc for the steps. With several blocks, each block keeps its own log
     offset ``x0`` and ``stride`` and the sort runs per block; floats are computed per group
@@ -753,6 +759,9 @@ def _summarize(
         label, ids, counts, group_block, first = _densify_blocks(g_in, sizes[nz])
     else:
         counted = group_counts_in if valid is None else None  # counts of all events
+        if slots is not None and counted is None:  # events rejected: their groups
+            g_in = np.take(_slot_table(slots), g_in)
+            slots = None
         label, ids, counts, group_block, first = _numbered(g_in, group_block_in, sizes, counted)
     del g_in
     n_groups = ids.size
@@ -763,7 +772,15 @@ def _summarize(
     for b in np.flatnonzero(~composite).tolist():  # the key would lose precision: lexsort
         off[first[b] : first[b + 1]] = 0.0
     xs = x
-    xs += np.take(off, label)  # take: ~2x a fancy index's speed on a small table
+    if slots is None:
+        xs += np.take(off, label)  # take: ~2x a fancy index's speed on a small table
+    else:  # label holds slots: their offsets (the unused ones are never read)
+        off_slot = np.empty(slots[2])
+        off_slot[slots[0]] = off[slots[1]]
+        xs += np.take(off_slot, label)
+        del off_slot
+        if not composite.all():
+            label = np.take(_slot_table(slots), label)  # the lexsort below needs the groups
     for b, (a, e) in enumerate(zip(bounds[nz].tolist(), bounds[nz + 1].tolist(), strict=True)):
         if composite[b]:
             xs[a:e].sort()
@@ -820,6 +837,13 @@ def _summarize(
     block_groups[nz + 1] = np.diff(first)
     np.cumsum(block_groups, out=block_groups)
     return BlockSummaries(many, block_groups, tuple(per_block))
+
+
+def _slot_table(slots: tuple[np.ndarray, np.ndarray, int]) -> np.ndarray:
+    """(n,) int64 group of each slot (:func:`_summarize`'s ``slots``; unused ones 0)."""
+    table = np.zeros(slots[2], np.int64)
+    table[slots[0]] = slots[1]
+    return table
 
 
 def _levels(config: KdeConfig) -> np.ndarray:

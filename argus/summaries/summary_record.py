@@ -451,12 +451,10 @@ class SummarizedBatches:
         order += s_of
         groups, g_of_slot = np.unique(order, return_inverse=True)  # a name may recur
         g_of_slot = g_of_slot.reshape(-1)
-        if inv is None:
-            table = np.empty(n_names * width, np.int64)
-            table[used] = g_of_slot
-            label = table[slot]
+        if inv is None:  # the KDE looks the groups' offsets up per slot
+            label, slots = slot, (used, g_of_slot, n_names * width)
         else:
-            label = g_of_slot[inv]
+            label, slots = g_of_slot[inv], None
         del slot, inv
         dur = np.concatenate([c[3] for c in cols], dtype=np.float64)  # log takes floats
         # summarize_blocks' computation without its checks of what was built here
@@ -467,6 +465,7 @@ class SummarizedBatches:
             config,
             groups // (n_k * width),
             np.bincount(g_of_slot, weights=slot_n, minlength=groups.size).astype(np.int64),
+            slots,
         )
         self._set(config, res.many, res.block_groups, [r.total for r in res.rejected])
         gid = groups[res.many.group_ids]

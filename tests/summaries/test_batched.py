@@ -165,12 +165,22 @@ def test_batches_any_stream_numbering(scale: int) -> None:
         assert a == b
 
 
+@pytest.mark.parametrize("valid", [False, True], ids=["some-rejected", "all-valid"])
+@pytest.mark.parametrize("key_limit", [None, 2.0**9], ids=["composite", "lexsort"])
 @pytest.mark.parametrize("cfg", [PAPER, COMPACT], ids=lambda c: c.method)
-def test_batches_equal_the_kde_core(cfg: kde.KdeConfig) -> None:
+def test_batches_equal_the_kde_core(
+    cfg: kde.KdeConfig, key_limit: float | None, valid: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Each record of a poll, against ``summarize_many`` of its own events (int64 durations,
     one group per (kernel id, stream)): the poll's numbering, float durations and trusted
-    call of the KDE give the core's groups, counts and quantile bits."""
+    call of the KDE give the core's groups, counts and quantile bits. A poll whose durations
+    are all valid has the groups' offsets looked up per (name, stream) slot, one with a
+    rejected duration per group; a small key limit sends blocks through the lexsort."""
+    if key_limit is not None:
+        monkeypatch.setattr(kde, "_KEY_LIMIT", key_limit)
     recs = _records(11)
+    if valid:  # no rejected durations, stream ids for a slot table
+        recs = [r for i, r in enumerate(recs) if i % 6 in (0, 2, 5)]
     done = sr.SummarizedBatches(recs, config=cfg)
     for i, r in enumerate(recs):
         names, idx, stream, dur = sr.batch_columns(r)
