@@ -105,6 +105,7 @@ def read_avro(path: str | Path) -> tuple[str, Iterator[dict[str, Any]]]:
 
     from argus.schemas.codec import _fingerprint, load_schemas
     from argus.schemas.kernel_batch_body import KernelBatchReader
+    from argus.schemas.step_body_reader import StepRecordReader
 
     p = Path(path)
     by_full = {s.full_name: s.name for s in load_schemas().values()}
@@ -130,23 +131,28 @@ def read_avro(path: str | Path) -> tuple[str, Iterator[dict[str, Any]]]:
         finally:
             fh.close()
 
-    def blocks() -> Iterator[dict[str, Any]]:
-        """Today's ``kernel_batch``: fastavro's blocks (decompressed), the records read by
-        :class:`KernelBatchReader` a block at a time (the same dicts, equal stream lists
-        sharing their dicts: the engine only reads them; 61,440 80-event windows: 1.83 ->
-        1.27 s CPU, then ~0.1 s less and 80 MB less)."""
+    def blocks(reader: KernelBatchReader | StepRecordReader) -> Iterator[dict[str, Any]]:
+        """Today's ``kernel_batch`` and ``step_record``: fastavro's blocks (decompressed),
+        the records read by the hand-written ``reader`` a block at a time (the same dicts;
+        kernel_batch's equal stream lists share their dicts: the engine only reads them).
+        61,440 80-event windows: 1.83 -> 1.27 s CPU, then ~0.1 s less and 80 MB less;
+        61,440 nine-phase steps: ~0.1 s and 110 MB less than fastavro's reader."""
         try:
             fh.seek(0)
-            kb = KernelBatchReader(shared_streams=True)
             for block in fastavro.block_reader(fh):
                 # bytes_: the decompressed block (a BytesIO; not in fastavro's stub)
                 data = block.bytes_.getvalue()  # type: ignore[attr-defined]
-                yield from kb.records(data, block.num_records)
+                yield from reader.records(data, block.num_records)
         finally:
             fh.close()
 
-    fast = name == "kernel_batch" and _fingerprint(schema) == load_schemas()[name].fingerprint
-    return name, blocks() if fast else it()
+    if _fingerprint(schema) != load_schemas()[name].fingerprint:
+        return name, it()
+    if name == "kernel_batch":
+        return name, blocks(KernelBatchReader(shared_streams=True))
+    if name == "step_record":
+        return name, blocks(StepRecordReader())
+    return name, it()
 
 
 def diagnose(
