@@ -439,6 +439,8 @@ class StepBlocks(_Tier):
             if m["kernels"]:  # a kernel batch covers it: L3 scopes the funnel will wait for
                 scopes = m["world"] // self.routing.expected_size(m["coords"], "dp")
                 st["l3"][s] = max(scopes, st["l3"].get(s, 0))
+        if status == "new" and not closed:
+            return  # the usual report: nothing to count, nothing closed (no coroutine)
         await self._settle(
             key,
             st,
@@ -706,6 +708,7 @@ def route_step(
     The block is that of the rank's layout position (:func:`argus.routing.rank_of`
     of its coords), so a block holds whole groups whatever the job's rank numbering."""
     world, pos = _place(rec["coords"])
+    start = rec["start_ns"]
     item = StepItem(
         rank=rec["rank"],
         step=rec["step"],
@@ -718,7 +721,7 @@ def route_step(
                 p["name"],
                 p.get("stream_kind", "compute"),
                 p["duration_ns"],
-                p.get("start_ns", rec["start_ns"]),
+                p.get("start_ns", start),
             )
             for p in rec["phases"]
         ],
