@@ -60,7 +60,7 @@ def same_order(a: Any, b: Any) -> bool:
 
 def random_record(rnd: random.Random, phases: int) -> dict[str, Any]:
     """A step of ``phases`` phases: ns timestamps of 9-byte varints (or any long), durations
-    of 4 bytes (or any), names that repeat."""
+    of 3 or 4 bytes (or any), names that repeat."""
     start = rnd.choice([1_780_000_000_000_000_000, rnd.randint(-(1 << 63), (1 << 63) - 1)])
     return {
         "job": rnd.choice(["job", "", "ジョブ"]),
@@ -75,8 +75,12 @@ def random_record(rnd: random.Random, phases: int) -> dict[str, Any]:
                 "name": rnd.choice(NAMES),
                 "stream_kind": rnd.choice(["compute", "comm", "p2p"]),
                 "start_ns": rnd.choice([start + rnd.randint(0, 1 << 27), rnd.randint(-9, 9)]),
-                "duration_ns": rnd.choice(
-                    [rnd.randint(1 << 20, (1 << 26) - 1), rnd.randint(-(1 << 63), (1 << 63) - 1)]
+                "duration_ns": rnd.choice(  # 3 or 4 bytes (the unpacked ones), or any
+                    [
+                        rnd.randint(1 << 14, (1 << 20) - 1),
+                        rnd.randint(1 << 20, (1 << 26) - 1),
+                        rnd.randint(-(1 << 63), (1 << 63) - 1),
+                    ]
                 ),
                 "timer": rnd.choice(["cuda_event", "cpu", "y" * 64]),
             }
