@@ -323,8 +323,10 @@ class _Index:
 
 def _replace(values: list[Any], old: Any, new: Any) -> None:
     """Replace one ``old`` by ``new`` in the sorted ``values``: in place when that keeps
-    them sorted (a watermark moving on by a step), else removed and inserted."""
-    at = bisect.bisect_left(values, old)
+    them sorted (a watermark moving on by a step), else removed and inserted. The last of
+    equal ``old`` values is the one replaced (many sources share a watermark): a larger
+    ``new`` then stays in place unless it passes a larger value."""
+    at = bisect.bisect_right(values, old) - 1
     if (at + 1 == len(values) or values[at + 1] >= new) and (at == 0 or values[at - 1] <= new):
         values[at] = new
     else:
