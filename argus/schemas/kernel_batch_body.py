@@ -107,34 +107,21 @@ def _count(buf: bytes, pos: int) -> tuple[int, int]:
 Item = Callable[[bytes, int], tuple[Any, int]]
 
 
-class KernelBatchReader:
-    """Decode ``kernel_batch`` bodies; keeps recent name dictionaries, stream lists and
-    coordinates.
+class _BodyReader:
+    """What the hand-written body readers share (:class:`KernelBatchReader`,
+    :class:`argus.schemas.step_body_reader.StepRecordReader`): :meth:`decode` and
+    :meth:`records` around the subclass's ``_decode`` (a first byte past the end, an
+    ``IndexError``, is fastavro's ``EOFError``), recent ``Coords`` and strings."""
 
-    Parameters
-    ----------
-    columns : {"bytes", "view"}
-        ``bytes``: the four event columns copied (as fastavro gives them); ``view``:
-        ``memoryview`` slices of the body (zero-copy; they keep the body alive).
-    shared_streams : bool
-        False: each record's ``streams`` are new dicts (as fastavro's). True: a stream list
-        read from the cache (the same bytes as a recent one's) shares its dicts with the
-        records before (each record its own list), for a caller that only reads them
-        (``argus diagnose``: ~1.2 kB less a 6-stream record, with the shared strings 80 MB
-        and 20,000 page faults less at 512 ranks x 120 steps).
-    """
+    __slots__ = ("_coords", "_texts")
+    _EOF = "body ends inside a value"  # the EOFError's message
 
-    __slots__ = ("_coords", "_copy", "_seen", "_share", "_texts")
-
-    def __init__(
-        self, columns: Literal["bytes", "view"] = "bytes", *, shared_streams: bool = False
-    ) -> None:
-        self._copy = columns == "bytes"
-        self._share = shared_streams
-        self._texts: dict[bytes, str] = {}  # encoded job/host/source -> its str
-        # (array kind, first _KEY bytes) -> [(an array's whole encoding, its items)], newest first
-        self._seen: dict[tuple[int, bytes], list[tuple[bytes, tuple[Any, ...]]]] = {}
+    def __init__(self) -> None:
+        self._texts: dict[bytes, str] = {}  # a string's encoding -> its str
         self._coords: dict[bytes, dict[str, int]] = {}  # ten one-byte varints -> Coords
+
+    def _decode(self, buf: bytes, pos: int) -> tuple[dict[str, Any], int]:
+        raise NotImplementedError
 
     def decode(self, data: bytes, pos: int = 0) -> tuple[dict[str, Any], int]:
         """``(record, end)``: the record whose body starts at offset ``pos`` of ``data`` and
@@ -151,8 +138,8 @@ class KernelBatchReader:
         buf = data if type(data) is bytes else bytes(data)
         try:
             return self._decode(buf, pos)
-        except IndexError:  # a varint's first byte past the end
-            raise EOFError("body ends inside a long") from None
+        except IndexError:
+            raise EOFError(self._EOF) from None
 
     def records(self, data: bytes, count: int, pos: int = 0) -> list[dict[str, Any]]:
         """The ``count`` records whose bodies follow one another from offset ``pos`` of
@@ -164,9 +151,55 @@ class KernelBatchReader:
             for _ in range(count):
                 rec, pos = decode(buf, pos)
                 out.append(rec)
-        except IndexError:  # a varint's first byte past the end
-            raise EOFError("body ends inside a long") from None
+        except IndexError:
+            raise EOFError(self._EOF) from None
         return out
+
+    def _coords_at(self, buf: bytes, pos: int) -> tuple[dict[str, int], int]:
+        """``Coords`` at ``pos`` (a new dict); ten one-byte varints (any ``*_rank``/``*_size``
+        < 64) are remembered by their bytes."""
+        key = buf[pos : pos + 10]
+        got = self._coords.get(key)
+        if got is not None:
+            return dict(got), pos + 10
+        start, coords = pos, {}
+        for f in COORD_FIELDS:
+            coords[f], pos = _long(buf, pos)
+        if pos - start == 10:  # each varint one byte: these bytes always read so
+            if len(self._coords) >= _COORDS_KEPT:
+                self._coords.clear()
+            self._coords[key] = dict(coords)
+        return coords, pos
+
+
+class KernelBatchReader(_BodyReader):
+    """Decode ``kernel_batch`` bodies; keeps recent name dictionaries, stream lists and
+    coordinates.
+
+    Parameters
+    ----------
+    columns : {"bytes", "view"}
+        ``bytes``: the four event columns copied (as fastavro gives them); ``view``:
+        ``memoryview`` slices of the body (zero-copy; they keep the body alive).
+    shared_streams : bool
+        False: each record's ``streams`` are new dicts (as fastavro's). True: a stream list
+        read from the cache (the same bytes as a recent one's) shares its dicts with the
+        records before (each record its own list), for a caller that only reads them
+        (``argus diagnose``: ~1.2 kB less a 6-stream record, with the shared strings 80 MB
+        and 20,000 page faults less at 512 ranks x 120 steps).
+    """
+
+    __slots__ = ("_copy", "_seen", "_share")
+    _EOF = "body ends inside a long"
+
+    def __init__(
+        self, columns: Literal["bytes", "view"] = "bytes", *, shared_streams: bool = False
+    ) -> None:
+        super().__init__()
+        self._copy = columns == "bytes"
+        self._share = shared_streams
+        # (array kind, first _KEY bytes) -> [(an array's whole encoding, its items)], newest first
+        self._seen: dict[tuple[int, bytes], list[tuple[bytes, tuple[Any, ...]]]] = {}
 
     def _decode(self, buf: bytes, pos: int) -> tuple[dict[str, Any], int]:
         """One record; one-byte varints read inline (most heads and tails), the rest by
@@ -210,22 +243,6 @@ class KernelBatchReader:
                 self._texts.clear()
             self._texts[raw] = got
         return got, b
-
-    def _coords_at(self, buf: bytes, pos: int) -> tuple[dict[str, int], int]:
-        """``Coords`` at ``pos``; ten one-byte varints (any ``*_rank``/``*_size`` < 64) are
-        remembered by their bytes."""
-        key = buf[pos : pos + 10]
-        got = self._coords.get(key)
-        if got is not None:
-            return dict(got), pos + 10
-        start, coords = pos, {}
-        for f in COORD_FIELDS:
-            coords[f], pos = _long(buf, pos)
-        if pos - start == 10:  # each varint one byte: these bytes always read so
-            if len(self._coords) >= _COORDS_KEPT:
-                self._coords.clear()
-            self._coords[key] = dict(coords)
-        return coords, pos
 
     def _array(self, buf: bytes, pos: int, kind: int, item: Item) -> tuple[tuple[Any, ...], int]:
         """The array at ``pos`` (items read by ``item``), from the cache if its bytes are a

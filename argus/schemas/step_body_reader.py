@@ -35,14 +35,12 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-from argus.schemas.avro_binary import COORD_FIELDS
-from argus.schemas.kernel_batch_body import _long, _span
+from argus.schemas.kernel_batch_body import _BodyReader, _long, _span
 
 __all__ = ["StepRecordReader"]
 
 _COLLECTOR = ("overhead_ns", "dropped_records", "dropped_bytes", "errors", "queue_depth")
 _TEXTS_KEPT = 4096  # encoded strings kept (cleared when full)
-_COORDS_KEPT = 16_384  # coordinates kept (cleared when full)
 _PAIR = [(h & 0x7F) | ((h >> 8) & 0x7F) << 7 for h in range(1 << 16)]
 """A little-endian 16-bit pair of varint bytes -> their 14 value bits."""
 _TS = struct.Struct("<HHHHB").unpack_from  # a 9-byte varint
@@ -63,45 +61,14 @@ def _ts(buf: bytes, pos: int) -> tuple[int, int]:
     return _long(buf, pos)
 
 
-class StepRecordReader:
+class StepRecordReader(_BodyReader):
     """Decode ``step_record`` bodies; keeps recent strings and coordinates."""
 
-    __slots__ = ("_coords", "_pairs", "_texts")
+    __slots__ = ("_pairs",)
 
     def __init__(self) -> None:
-        self._texts: dict[bytes, str] = {}  # a string's encoding (length and UTF-8) -> str
-        self._coords: dict[bytes, dict[str, int]] = {}  # ten one-byte varints -> Coords
+        super().__init__()
         self._pairs: dict[bytes, tuple[str, str]] = {}  # a phase's encoded name and kind
-
-    def decode(self, data: bytes, pos: int = 0) -> tuple[dict[str, Any], int]:
-        """``(record, end)``: the record whose body starts at offset ``pos`` of ``data`` and
-        the offset just after it.
-
-        Raises
-        ------
-        EOFError
-            The body ends inside the record, or a negative length (as fastavro).
-        ValueError
-            The body ends inside a multi-byte varint, invalid UTF-8.
-        """
-        buf = data if type(data) is bytes else bytes(data)
-        try:
-            return self._decode(buf, pos)
-        except IndexError:  # a varint's (or a boolean's) first byte past the end
-            raise EOFError("body ends inside a value") from None
-
-    def records(self, data: bytes, count: int, pos: int = 0) -> list[dict[str, Any]]:
-        """The ``count`` records whose bodies follow one another from offset ``pos`` of
-        ``data`` (an Avro container's block), each as :meth:`decode` reads it; raises as it."""
-        buf = data if type(data) is bytes else bytes(data)
-        decode, out = self._decode, []
-        try:
-            for _ in range(count):
-                rec, pos = decode(buf, pos)
-                out.append(rec)
-        except IndexError:
-            raise EOFError("body ends inside a value") from None
-        return out
 
     def _text(self, buf: bytes, pos: int) -> tuple[str, int]:
         """The ``string`` at ``pos``, from the cache when its encoding is a recent one's."""
@@ -117,21 +84,6 @@ class StepRecordReader:
             self._texts.clear()
         self._texts[buf[pos:end]] = got
         return got, end
-
-    def _coords_at(self, buf: bytes, pos: int) -> tuple[dict[str, int], int]:
-        """``Coords`` at ``pos`` (a new dict); ten one-byte varints remembered by their bytes."""
-        key = buf[pos : pos + 10]
-        got = self._coords.get(key)
-        if got is not None:
-            return got.copy(), pos + 10
-        start, coords = pos, {}
-        for f in COORD_FIELDS:
-            coords[f], pos = _long(buf, pos)
-        if pos - start == 10:  # each varint one byte: these bytes always read so
-            if len(self._coords) >= _COORDS_KEPT:
-                self._coords.clear()
-            self._coords[key] = coords.copy()
-        return coords, pos
 
     def _decode(self, buf: bytes, pos: int) -> tuple[dict[str, Any], int]:
         text = self._text
