@@ -210,6 +210,36 @@ def _lag_s(workers: list[WorkerProcess], role: str) -> float:
     return worst
 
 
+def _ages(workers: list[WorkerProcess], prefix: str) -> dict[str, tuple[float, float]]:
+    """Per input topic (prefix dropped): the sum (s) and count of ``argus_input_age_seconds``
+    over the workers (how long records waited between their producer and the role)."""
+    out: dict[str, tuple[float, float]] = {}
+    for w in workers:
+        for part in ("sum", "count"):
+            for t in _label_values(w, f"argus_input_age_seconds_{part}", "topic"):
+                short = t.removeprefix(prefix).lstrip(".-_")
+                s, n = out.get(short, (0.0, 0.0))
+                v = metric(w, f"argus_input_age_seconds_{part}", topic=t)
+                out[short] = (s + v, n) if part == "sum" else (s, n + v)
+    return out
+
+
+def _label_values(w: WorkerProcess, name: str, label: str) -> set[str]:
+    """The values of ``label`` among a worker's samples of metric ``name``."""
+    import urllib.request
+
+    try:
+        url = f"http://127.0.0.1:{w.metrics_port}/metrics"
+        text = urllib.request.urlopen(url, timeout=2).read().decode()
+    except OSError:
+        return set()
+    return {
+        m.group(1)
+        for line in text.splitlines()
+        if line.startswith(name + "{") and (m := re.search(rf'{label}="([^"]*)"', line))
+    }
+
+
 def load(
     ranks: int,
     minutes: float,
@@ -305,6 +335,7 @@ def load(
     self0 = sum(os.times()[:2])
     t_start = time.monotonic()
     bytes_k = 0
+    ages0: dict[str, tuple[float, float]] = {}
     pending: tuple[str, str, dict[str, Any]] | None = next(steps_iter)
     for step in range(n_steps):
         t_step = t_start + step * period
@@ -345,6 +376,20 @@ def load(
                 f" not yet delivered by the generator {len(prod)}",
                 flush=True,
             )
+            ages = _ages(workers, prefix)  # each hop's mean wait since the last sample
+            print(
+                "    input age (s, mean since the last sample): "
+                + ", ".join(
+                    f"{t} {(s1 - ages0.get(t, (0, 0))[0]) / (n1 - ages0.get(t, (0, 0))[1]):.1f}"
+                    for t, (s1, n1) in sorted(ages.items())
+                    if n1 > ages0.get(t, (0, 0))[1]
+                ),
+                flush=True,
+            )
+            ages0 = ages
+            l3w = sum(metric(w, "argus_windows_closed_total", role="l3") for w in workers)
+            l3b = sum(metric(w, "argus_detector_seconds_count", level="L3") for w in workers)
+            print(f"    L3 windows closed {l3w:.0f}, blocks judged {l3b:.0f}", flush=True)
         if profile and step == n_steps // 2:
             for w in workers:
                 if w.proc is None:

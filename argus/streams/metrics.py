@@ -10,7 +10,9 @@ Serve with :func:`serve` on ``HOST:PORT`` (:func:`parse_addr`; default 127.0.0.1
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Iterable
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
@@ -118,6 +120,14 @@ LAG = Gauge(
     ["role", "topic", "partition"],
     registry=REGISTRY,
 )
+INPUT_AGE = Histogram(
+    "argus_input_age_seconds",
+    "Wall-clock time when a role takes a record minus the record's Kafka timestamp (s): the"
+    " time it spent between its producer and this role (topic: the full topic name)",
+    ["topic"],
+    buckets=(0.1, 0.5, 1, 2, 5, 10, 20, 40, 60, 120, 300, 600),
+    registry=REGISTRY,
+)
 LAG_SECONDS = Gauge(
     "argus_consumer_lag_seconds",
     "How long ago the oldest record still waiting for the role was produced (s; 0 caught up)",
@@ -150,13 +160,20 @@ def lag_seconds(now_s: float, last_ts_s: float | None, caught_up_s: float | None
 
 _LAST_TS: dict[tuple[str, int], float] = {}
 _LAST_OFFSET: dict[tuple[str, int], int] = {}
+_AGE_OF: dict[str, Any] = {}  # topic -> its INPUT_AGE child (no label lookup per record)
 
 
 def consumed(topic: str, partition: int, ts_s: float | None, offset: int | None = None) -> None:
-    """Note the Kafka timestamp (s since the epoch) and offset of a record a role just took."""
+    """Note the Kafka timestamp (s since the epoch) and offset of a record a role just took
+    (and its age, :data:`INPUT_AGE`)."""
     key = (topic, partition)
-    if ts_s is not None and ts_s > 0 and ts_s > _LAST_TS.get(key, 0.0):
-        _LAST_TS[key] = float(ts_s)
+    if ts_s is not None and ts_s > 0:
+        age = _AGE_OF.get(topic)
+        if age is None:
+            age = _AGE_OF[topic] = INPUT_AGE.labels(topic)
+        age.observe(max(0.0, time.time() - ts_s))
+        if ts_s > _LAST_TS.get(key, 0.0):
+            _LAST_TS[key] = float(ts_s)
     if offset is not None and offset > _LAST_OFFSET.get(key, -1):
         _LAST_OFFSET[key] = int(offset)
 
