@@ -212,32 +212,25 @@ def _lag_s(workers: list[WorkerProcess], role: str) -> float:
 
 def _ages(workers: list[WorkerProcess], prefix: str) -> dict[str, tuple[float, float]]:
     """Per input topic (prefix dropped): the sum (s) and count of ``argus_input_age_seconds``
-    over the workers (how long records waited between their producer and the role)."""
-    out: dict[str, tuple[float, float]] = {}
-    for w in workers:
-        for part in ("sum", "count"):
-            for t in _label_values(w, f"argus_input_age_seconds_{part}", "topic"):
-                short = t.removeprefix(prefix).lstrip(".-_")
-                s, n = out.get(short, (0.0, 0.0))
-                v = metric(w, f"argus_input_age_seconds_{part}", topic=t)
-                out[short] = (s + v, n) if part == "sum" else (s, n + v)
-    return out
-
-
-def _label_values(w: WorkerProcess, name: str, label: str) -> set[str]:
-    """The values of ``label`` among a worker's samples of metric ``name``."""
+    over the workers (how long records waited between their producer and the role); one
+    scrape a worker."""
     import urllib.request
 
-    try:
-        url = f"http://127.0.0.1:{w.metrics_port}/metrics"
-        text = urllib.request.urlopen(url, timeout=2).read().decode()
-    except OSError:
-        return set()
-    return {
-        m.group(1)
-        for line in text.splitlines()
-        if line.startswith(name + "{") and (m := re.search(rf'{label}="([^"]*)"', line))
-    }
+    out: dict[str, tuple[float, float]] = {}
+    for w in workers:
+        try:
+            url = f"http://127.0.0.1:{w.metrics_port}/metrics"
+            text = urllib.request.urlopen(url, timeout=2).read().decode()
+        except OSError:
+            continue
+        for m in re.finditer(
+            r'^argus_input_age_seconds_(sum|count)\{topic="([^"]*)"\} (\S+)$', text, re.M
+        ):
+            short = m.group(2).removeprefix(prefix).lstrip(".-_")
+            s, n = out.get(short, (0.0, 0.0))
+            v = float(m.group(3))
+            out[short] = (s + v, n) if m.group(1) == "sum" else (s, n + v)
+    return out
 
 
 def load(

@@ -361,11 +361,15 @@ def add_lag_gauge(ctx: Ctx, role: str, topics: Iterable[str], interval_s: float 
     @ctx.app.timer(interval=interval_s, name=f"lag-{role}")
     async def _lag() -> None:
         consumer = ctx.app.consumer
-        for tp in ctx.app.assignor.assigned_actives():
-            if tp.topic not in names:
-                continue
+        mine = [tp for tp in ctx.app.assignor.assigned_actives() if tp.topic in names]
+        try:  # asked of the broker: the fetcher's own high watermark stands still while
+            # faust's buffer for the partition is full (fetching paused), reading as no lag
+            ends = await consumer.highwaters(*mine) if mine else {}
+        except Exception:  # partitions moving during a rebalance
+            return
+        for tp in mine:
             try:
-                hw = consumer.highwater(tp)
+                hw = ends.get(tp)
                 pos = await consumer.position(tp)
             except Exception:  # partition moving during a rebalance
                 continue
