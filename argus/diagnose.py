@@ -93,8 +93,14 @@ def _jsonable(rec: Mapping[str, Any]) -> dict[str, Any]:
     return {k: (v if not isinstance(v, bytes) else v.hex()) for k, v in rec.items()}
 
 
-def read_avro(path: str | Path) -> tuple[str, Iterator[dict[str, Any]]]:
+def read_avro(
+    path: str | Path, *, phase_rows: bool = False
+) -> tuple[str, Iterator[dict[str, Any]]]:
     """``(schema short name, records)`` of an Avro object container file.
+
+    ``phase_rows=True``: today's ``step_record`` files give each record's ``phases`` as a
+    :class:`~argus.schemas.step_body_reader.PhaseRows` (what the steps router sends on; what
+    :func:`diagnose_path` reads), not a list of dicts.
 
     Raises
     ------
@@ -151,7 +157,7 @@ def read_avro(path: str | Path) -> tuple[str, Iterator[dict[str, Any]]]:
     if name == "kernel_batch":
         return name, blocks(KernelBatchReader(shared_streams=True))
     if name == "step_record":
-        return name, blocks(StepRecordReader())
+        return name, blocks(StepRecordReader(phase_rows=phase_rows))
     return name, it()
 
 
@@ -277,7 +283,7 @@ def diagnose_path(
         raise DetectorInputError(f"{p} holds no .avro files")
     streams: dict[str, list[Iterator[dict[str, Any]]]] = defaultdict(list)
     for f in files:
-        name, it = read_avro(f)
+        name, it = read_avro(f, phase_rows=True)  # only the steps router reads them
         streams[name].append(it)
 
     def chain(name: str) -> Iterator[dict[str, Any]]:

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 
 from argus.schemas import load_schemas
 from argus.schemas.avro_binary import COORD_FIELDS
-from argus.schemas.step_body_reader import StepRecordReader
+from argus.schemas.step_body_reader import PhaseRows, StepRecordReader
 from tests.schemas.avro_strategies import for_schema
 
 SCHEMA = load_schemas()["step_record"]
@@ -195,3 +195,131 @@ def test_read_avro_containers_as_fastavro(
     got = list(it)
     assert same_order(got, want) and got == recs
     assert sum(calls) == len(recs)
+
+
+# --- phase_rows: the phases as the steps router's rows, read a block at a time -----------
+
+LAYOUT = [("self_attention", "compute"), ("tp_allreduce", "comm"), ("pp_p2p", "p2p")]
+
+
+def layout_record(rnd: random.Random, rank: int) -> dict[str, Any]:
+    """A step as the simulator writes them: the same phases in every record, ns starts of
+    9 bytes, durations of 3 or 4 bytes (a few layouts, repeating)."""
+    rec = random_record(rnd, 0)
+    start = 1_780_000_000_000_000_000 + rnd.randint(0, 1 << 40)
+    rec.update(rank=rank, start_ns=start, end_ns=start + (1 << 26), host="node0001")
+    rec["phases"] = [
+        {
+            "name": name,
+            "stream_kind": kind,
+            "start_ns": start + rnd.randint(0, 1 << 25),
+            "duration_ns": rnd.choice(
+                [rnd.randint(1 << 14, (1 << 20) - 1), rnd.randint(1 << 20, (1 << 26) - 1)]
+            ),
+            "timer": "cuda_event",
+        }
+        for name, kind in LAYOUT
+    ]
+    return rec
+
+
+def as_rows(rec: dict[str, Any]) -> dict[str, Any]:
+    """``rec`` with its phases as ``phase_rows`` gives them."""
+    rows = [(p["name"], p["stream_kind"], p["duration_ns"], p["start_ns"]) for p in rec["phases"]]
+    return {**rec, "phases": rows}
+
+
+def rows_outcome(reader: StepRecordReader, block: bytes, n: int) -> list[dict[str, Any]] | str:
+    try:
+        got = reader.records(block, n)
+    except EOFError:
+        return "EOFError"
+    except ValueError:
+        return "ValueError"
+    for rec in got:
+        assert type(rec["phases"]) is PhaseRows
+        rec["phases"] = list(rec["phases"])
+    return got
+
+
+def mixed_block(rnd: random.Random, n: int) -> list[dict[str, Any]]:
+    return [
+        layout_record(rnd, i) if rnd.random() < 0.9 else random_record(rnd, rnd.choice([0, 9]))
+        for i in range(n)
+    ]
+
+
+def test_phase_rows_records_as_dicts() -> None:
+    """Blocks of repeating layouts (read at once) and others (one phase at a time): the
+    rows of fastavro's phases, the other fields and their order as fastavro's."""
+    rnd = random.Random(11)
+    reader = StepRecordReader(phase_rows=True)
+    for _ in range(20):
+        recs = mixed_block(rnd, 60)
+        block = b"".join(body_of(r) for r in recs)
+        got = reader.records(b"xy" + block, len(recs), 2)
+        assert all(type(r["phases"]) is PhaseRows for r in got)
+        want = [as_rows(r) for r in recs]
+        assert [list(r) for r in got] == [list(r) for r in want]
+        assert [{**r, "phases": list(r["phases"])} for r in got] == want
+    assert 8 <= len(reader._all) <= 32  # the layouts learnt (8 of LAYOUT), then reused
+    one, _end = StepRecordReader(phase_rows=True).decode(body_of(recs[0]))
+    assert type(one["phases"]) is PhaseRows and list(one["phases"]) == want[0]["phases"]
+
+
+def test_phase_rows_cut_and_corrupt_blocks_as_dicts() -> None:
+    """Cut or overwritten blocks: the records of the dict reader (as rows) or the same
+    exception type."""
+    rnd = random.Random(12)
+    rows, dicts = StepRecordReader(phase_rows=True), StepRecordReader()
+    recs = [layout_record(rnd, i) for i in range(8)]
+    block = b"".join(body_of(r) for r in recs)
+    rows.records(block, len(recs))  # the layouts learnt
+    outcomes = set()
+    for i in range(3000):
+        b = bytearray(block)
+        if i % 2:
+            for _ in range(rnd.randint(1, 3)):
+                b[rnd.randrange(len(b))] = rnd.randrange(256)
+        else:
+            b = b[: rnd.randrange(len(b))]
+        got = rows_outcome(rows, bytes(b), len(recs))
+        try:
+            want: Any = [as_rows(r) for r in dicts.records(bytes(b), len(recs))]
+        except EOFError:
+            want = "EOFError"
+        except ValueError:
+            want = "ValueError"
+        assert got == want
+        outcomes.add(want if isinstance(want, str) else "ok")
+    assert {"ok", "EOFError", "ValueError"} <= outcomes
+
+
+def test_phase_rows_route_step_as_dicts() -> None:
+    """The router's item of a record with rows is that of the same record with dicts."""
+    from argus.streams.roles.steps import route_step
+
+    rnd = random.Random(13)
+    recs = [layout_record(rnd, i) for i in range(30)]
+    block = b"".join(body_of(r) for r in recs)
+    for a, b in zip(
+        StepRecordReader().records(block, 30),
+        StepRecordReader(phase_rows=True).records(block, 30),
+        strict=True,
+    ):
+        assert route_step(a) == route_step(b)
+        assert type(route_step(b)[0][1]["phases"]) is list
+
+
+def test_read_avro_phase_rows(tmp_path: Any) -> None:
+    """``read_avro(..., phase_rows=True)``: fastavro's records, phases as rows."""
+    from argus.diagnose import read_avro
+
+    rnd = random.Random(14)
+    recs = mixed_block(rnd, 300)
+    path = tmp_path / "steps.avro"
+    with open(path, "wb") as fh:
+        fastavro.writer(fh, WRITER, recs, codec="deflate", sync_interval=2000)
+    name, it = read_avro(path, phase_rows=True)
+    got = [{**r, "phases": list(r["phases"])} for r in it]
+    assert name == "step_record" and got == [as_rows(r) for r in recs]

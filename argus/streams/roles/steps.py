@@ -58,6 +58,7 @@ from argus.detectors.l2 import GroupWindow
 from argus.detectors.l2_batch import detect_many
 from argus.detectors.l2_small import is_small, small_config, split_small
 from argus.routing import DIMS, Routing, rank_of
+from argus.schemas.step_body_reader import PhaseRows
 from argus.streams import metrics, windows
 from argus.streams.pipeline_config import PipelineConfig
 from argus.streams.roles.context import RoleContext, emit_findings, partition_of
@@ -706,7 +707,9 @@ def route_step(
     """The router's re-keyed item of one step record: ``[(job|b<block>, slim record)]``.
 
     The block is that of the rank's layout position (:func:`argus.routing.rank_of`
-    of its coords), so a block holds whole groups whatever the job's rank numbering."""
+    of its coords), so a block holds whole groups whatever the job's rank numbering.
+    ``rec["phases"]`` may be a :class:`~argus.schemas.step_body_reader.PhaseRows` (the
+    recorded steps ``argus diagnose`` reads): its rows are taken as they are."""
     world, pos = _place(rec["coords"])
     start = rec["start_ns"]
     item = StepItem(
@@ -716,18 +719,27 @@ def route_step(
         end_ns=rec["end_ns"],
         world=world,
         coords=rec["coords"],
-        phases=[
-            (
-                p["name"],
-                p.get("stream_kind", "compute"),
-                p["duration_ns"],
-                p.get("start_ns", start),
-            )
-            for p in rec["phases"]
-        ],
+        phases=_phase_rows(rec["phases"], start),
         kernels=bool((rec.get("collector") or {}).get("kernels", False)),
         part=part,
     )
     if rec.get("host"):
         item["host"] = str(rec["host"])
     return [(block_key(rec["job"], block_of(pos, block_ranks)), item)]
+
+
+def _phase_rows(phases: Sequence[Any], start: int) -> list[tuple[str, str, int, int]]:
+    """A step record's phases as :class:`~argus.streams.roles.state.StepItem` rows
+    ``(name, stream kind, duration ns, start ns)``; ``start``: the step's start (ns), a
+    phase's without its own."""
+    if type(phases) is PhaseRows:  # rows already (a copy: the item owns its list)
+        return list(phases)
+    return [
+        (
+            p["name"],
+            p.get("stream_kind", "compute"),
+            p["duration_ns"],
+            p.get("start_ns", start),
+        )
+        for p in phases
+    ]
