@@ -32,6 +32,7 @@ bytes are the caller's to check (the returned end offset).
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -70,6 +71,25 @@ def _long(buf: bytes, pos: int) -> tuple[int, int]:
             z &= _U64
             return (z >> 1) ^ -(z & 1), pos + 1
         shift += 7
+
+
+_PAIR = [(h & 0x7F) | ((h >> 8) & 0x7F) << 7 for h in range(1 << 16)]
+"""A little-endian 16-bit pair of varint bytes -> their 14 value bits."""
+_TS = struct.Struct("<HHHHB").unpack_from  # a 9-byte varint
+
+
+def _ts(buf: bytes, pos: int) -> tuple[int, int]:
+    """``(value, next offset)`` of the ``long`` at ``pos``; one unpack for 9 bytes (a
+    nanosecond timestamp), :func:`_long` otherwise."""
+    try:
+        a, b, c, d, e = _TS(buf, pos)
+    except struct.error:  # under 9 bytes left
+        return _long(buf, pos)
+    if a & b & c & d & 0x8080 == 0x8080 and e < 0x80:  # 8 continued bytes, then the last
+        p = _PAIR
+        z = p[a] | p[b] << 14 | p[c] << 28 | p[d] << 42 | e << 56
+        return (z >> 1) ^ -(z & 1), pos + 9
+    return _long(buf, pos)
 
 
 def _span(buf: bytes, pos: int) -> tuple[int, int]:
@@ -210,8 +230,8 @@ class KernelBatchReader(_BodyReader):
             b = buf[pos]
             if b < 0x80:
                 rec[k], pos = (b >> 1) ^ -(b & 1), pos + 1
-            else:
-                rec[k], pos = _long(buf, pos)
+            else:  # the window's ns bounds: 9 bytes in one unpack
+                rec[k], pos = _ts(buf, pos)
         rec["host"], pos = self._text(buf, pos)
         rec["coords"], pos = self._coords_at(buf, pos)
         rec["source"], pos = self._text(buf, pos)

@@ -47,33 +47,16 @@ from typing import Any
 
 import numpy as np
 
-from argus.schemas.kernel_batch_body import _BodyReader, _long, _span
+from argus.schemas.kernel_batch_body import _PAIR, _BodyReader, _long, _span, _ts
 
 __all__ = ["PhaseRows", "StepRecordReader"]
 
 _COLLECTOR = ("overhead_ns", "dropped_records", "dropped_bytes", "errors", "queue_depth")
 _TEXTS_KEPT = 4096  # encoded strings kept (cleared when full)
-_PAIR = [(h & 0x7F) | ((h >> 8) & 0x7F) << 7 for h in range(1 << 16)]
-"""A little-endian 16-bit pair of varint bytes -> their 14 value bits."""
-_TS = struct.Struct("<HHHHB").unpack_from  # a 9-byte varint
 _TS_DUR = struct.Struct("<HHHHBHH").unpack_from  # a 9-byte varint, then a 4-byte one
 _LAYOUTS_KEPT = 32  # phases layouts learnt per reader (then no more)
 _NINE = np.arange(9, dtype=np.int64)
 _SHIFTS = (7 * _NINE).astype(np.uint64)
-
-
-def _ts(buf: bytes, pos: int) -> tuple[int, int]:
-    """``(value, next offset)`` of the ``long`` at ``pos``; one unpack for 9 bytes (a
-    nanosecond timestamp), :func:`_long` otherwise."""
-    try:
-        a, b, c, d, e = _TS(buf, pos)
-    except struct.error:  # under 9 bytes left
-        return _long(buf, pos)
-    if a & b & c & d & 0x8080 == 0x8080 and e < 0x80:  # 8 continued bytes, then the last
-        p = _PAIR
-        z = p[a] | p[b] << 14 | p[c] << 28 | p[d] << 42 | e << 56
-        return (z >> 1) ^ -(z & 1), pos + 9
-    return _long(buf, pos)
 
 
 class PhaseRows(list[tuple[str, str, int, int]]):
