@@ -40,7 +40,6 @@ from argus.schemas.avro_binary import COORD_FIELDS  # the same argus.Coords reco
 
 __all__ = ["KernelBatchReader"]
 
-_HEAD = ("rank", "window_id", "window_start_ns", "window_end_ns")
 _COLUMNS = ("name_idx", "stream", "start_ns", "duration_ns")
 _TAIL = ("dropped", "part", "parts")
 _KEY = 48  # bytes of an array's encoding that key the cache
@@ -92,6 +91,15 @@ def _ts(buf: bytes, pos: int) -> tuple[int, int]:
     return _long(buf, pos)
 
 
+_HEAD_READ = (
+    ("rank", _long),
+    ("window_id", _long),
+    ("window_start_ns", _ts),
+    ("window_end_ns", _ts),
+)
+"""The head's fields and their readers (the window's ns bounds: 9 bytes in one unpack)."""
+
+
 def _span(buf: bytes, pos: int) -> tuple[int, int]:
     """``(start, end)`` of the ``bytes``/``string`` value at ``pos``."""
     size, pos = _long(buf, pos)
@@ -139,6 +147,22 @@ class _BodyReader:
     def __init__(self) -> None:
         self._texts: dict[bytes, str] = {}  # a string's encoding -> its str
         self._coords: dict[bytes, dict[str, int]] = {}  # ten one-byte varints -> Coords
+
+    def _text(self, buf: bytes, pos: int) -> tuple[str, int]:
+        """The ``string`` at ``pos``, from the cache when its encoding is a recent one's (job,
+        host, source, a phase's strings: one object for every record of a producer)."""
+        b = buf[pos]
+        if b < 0x80 and not b & 1:  # a one-byte length (under 64 bytes)
+            end = pos + 1 + (b >> 1)
+            got = self._texts.get(buf[pos:end])  # a cut string is never a key
+            if got is not None:
+                return got, end
+        a, end = _span(buf, pos)
+        got = buf[a:end].decode()
+        if len(self._texts) >= _TEXTS_KEPT:
+            self._texts.clear()
+        self._texts[buf[pos:end]] = got
+        return got, end
 
     def _decode(self, buf: bytes, pos: int) -> tuple[dict[str, Any], int]:
         raise NotImplementedError
@@ -226,12 +250,12 @@ class KernelBatchReader(_BodyReader):
         :func:`_long` (~4.5 us a 80-event record of the 512-rank simulation, was ~9)."""
         rec: dict[str, Any] = {}
         rec["job"], pos = self._text(buf, pos)
-        for k in _HEAD:
+        for k, read in _HEAD_READ:
             b = buf[pos]
             if b < 0x80:
                 rec[k], pos = (b >> 1) ^ -(b & 1), pos + 1
-            else:  # the window's ns bounds: 9 bytes in one unpack
-                rec[k], pos = _ts(buf, pos)
+            else:
+                rec[k], pos = read(buf, pos)
         rec["host"], pos = self._text(buf, pos)
         rec["coords"], pos = self._coords_at(buf, pos)
         rec["source"], pos = self._text(buf, pos)
@@ -250,19 +274,6 @@ class KernelBatchReader(_BodyReader):
             else:
                 rec[k], pos = _long(buf, pos)
         return rec, pos
-
-    def _text(self, buf: bytes, pos: int) -> tuple[str, int]:
-        """The ``string`` at ``pos``; the ``str`` of recent equal bytes (job, host, source:
-        one object for every record of a producer)."""
-        a, b = _span(buf, pos)
-        raw = buf[a:b]
-        got = self._texts.get(raw)
-        if got is None:
-            got = raw.decode()
-            if len(self._texts) >= _TEXTS_KEPT:
-                self._texts.clear()
-            self._texts[raw] = got
-        return got, b
 
     def _array(self, buf: bytes, pos: int, kind: int, item: Item) -> tuple[tuple[Any, ...], int]:
         """The array at ``pos`` (items read by ``item``), from the cache if its bytes are a

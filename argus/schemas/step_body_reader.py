@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from argus.schemas.kernel_batch_body import _PAIR, _BodyReader, _long, _span, _ts
+from argus.schemas.kernel_batch_body import _PAIR, _BodyReader, _long, _ts
 
 __all__ = ["PhaseRows", "StepRecordReader"]
 
@@ -84,21 +84,6 @@ class StepRecordReader(_BodyReader):
         self._all: list[_Layout] = []  # the layouts learnt, by id
         self._layouts: list[_Layout] = []  # the same, most recently seen first
         self._table: tuple[np.ndarray, np.ndarray] | None = None  # _layout_table(_all)
-
-    def _text(self, buf: bytes, pos: int) -> tuple[str, int]:
-        """The ``string`` at ``pos``, from the cache when its encoding is a recent one's."""
-        b = buf[pos]
-        if b < 0x80 and not b & 1:  # a one-byte length (under 64 bytes)
-            end = pos + 1 + (b >> 1)
-            got = self._texts.get(buf[pos:end])  # a cut string is never a key
-            if got is not None:
-                return got, end
-        a, end = _span(buf, pos)
-        got = buf[a:end].decode()
-        if len(self._texts) >= _TEXTS_KEPT:
-            self._texts.clear()
-        self._texts[buf[pos:end]] = got
-        return got, end
 
     def _decode(self, buf: bytes, pos: int) -> tuple[dict[str, Any], int]:
         rec, pos = self._head(buf, pos)
