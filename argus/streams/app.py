@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
 import faust
+from faust.types import TP
 
 from argus.config import Settings
 from argus.schemas import Codec
@@ -343,6 +344,19 @@ def watch_sends(ctx: Ctx, *, warn_after_s: float = 10.0) -> None:
             log.warning("%s", msg)
 
 
+def assigned_partitions(app: faust.App, names: set[str]) -> list[TP]:
+    """The partitions (TPs) of the topics ``names`` the worker's consumer holds now, sorted.
+
+    The consumer's own assignment, not ``app.assignor.assigned_actives()``: faust 0.15 gives
+    an app without changelog tables or standby replicas (a compressor-only worker) aiokafka's
+    round-robin assignor, so faust's assignor never hears of the partitions (no actives)."""
+    try:
+        held = app.consumer.assignment()
+    except Exception:  # no consumer yet, or partitions moving during a rebalance
+        return []
+    return sorted(tp for tp in held if tp.topic in names)
+
+
 def add_lag_gauge(ctx: Ctx, role: str, topics: Iterable[str], interval_s: float = 5.0) -> None:
     """Publish consumer lag per assigned partition: records not taken yet by the role
     (:func:`argus.streams.metrics.lag_records`: those faust fetched into its stream buffer
@@ -361,7 +375,7 @@ def add_lag_gauge(ctx: Ctx, role: str, topics: Iterable[str], interval_s: float 
     @ctx.app.timer(interval=interval_s, name=f"lag-{role}")
     async def _lag() -> None:
         consumer = ctx.app.consumer
-        mine = [tp for tp in ctx.app.assignor.assigned_actives() if tp.topic in names]
+        mine = assigned_partitions(ctx.app, names)
         try:  # asked of the broker: the fetcher's own high watermark stands still while
             # faust's buffer for the partition is full (fetching paused), reading as no lag
             ends = await consumer.highwaters(*mine) if mine else {}
