@@ -325,7 +325,7 @@ def watch_sends(ctx: Ctx, *, warn_after_s: float = 10.0) -> None:
             ):
                 if tp.topic not in ctx.app.tables.changelog_topics:
                     held.add((tp.topic, tp.partition))
-            for tp in ctx.app.assignor.assigned_actives():
+            for tp in assigned_partitions(ctx.app):  # a table-less app has no actives
                 if tp.topic in ctx.app.tables.changelog_topics:
                     continue
                 try:
@@ -344,8 +344,9 @@ def watch_sends(ctx: Ctx, *, warn_after_s: float = 10.0) -> None:
             log.warning("%s", msg)
 
 
-def assigned_partitions(app: faust.App, names: set[str]) -> list[TP]:
-    """The partitions (TPs) of the topics ``names`` the worker's consumer holds now, sorted.
+def assigned_partitions(app: faust.App, names: set[str] | None = None) -> list[TP]:
+    """The partitions (TPs) of the topics ``names`` (None: of every topic) the worker's
+    consumer holds now, sorted.
 
     The consumer's own assignment, not ``app.assignor.assigned_actives()``: faust 0.15 gives
     an app without changelog tables or standby replicas (a compressor-only worker) aiokafka's
@@ -354,7 +355,7 @@ def assigned_partitions(app: faust.App, names: set[str]) -> list[TP]:
         held = app.consumer.assignment()
     except Exception:  # no consumer yet, or partitions moving during a rebalance
         return []
-    return sorted(tp for tp in held if tp.topic in names)
+    return sorted(tp for tp in held if names is None or tp.topic in names)
 
 
 def add_lag_gauge(ctx: Ctx, role: str, topics: Iterable[str], interval_s: float = 5.0) -> None:
