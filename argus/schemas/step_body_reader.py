@@ -174,10 +174,11 @@ class StepRecordReader(_BodyReader):
         offs, keep = self._table
         at = np.fromiter((h[2] for h in hits), np.int64, len(hits))
         which = np.fromiter((h[1].id for h in hits), np.intp, len(hits))
-        values = _layout_values(buf, at, offs[which], keep[which]).tolist()
-        for (rec, lay, _), v in zip(hits, values, strict=True):
-            n2 = 2 * len(lay.names)
-            rec["phases"] = PhaseRows(zip(lay.names, lay.kinds, v[1:n2:2], v[0:n2:2], strict=True))
+        values = _layout_values(buf, at, offs[which], keep[which])
+        starts, durs = values[:, 0::2].tolist(), values[:, 1::2].tolist()
+        for (rec, lay, _), t0, dur in zip(hits, starts, durs, strict=True):
+            # zip: a layout of fewer phases than the table's widest ends at its last
+            rec["phases"] = PhaseRows(zip(lay.names, lay.kinds, dur, t0, strict=False))
 
     def _phases(self, buf: bytes, pos: int) -> tuple[list[Any], int]:
         """The ``phases`` array at ``pos``: a phase's name and kind looked up as one pair of
