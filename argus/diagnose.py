@@ -109,7 +109,7 @@ def read_avro(
     """
     import fastavro
 
-    from argus.schemas.codec import _fingerprint, load_schemas
+    from argus.schemas.codec import load_schemas, schema_fingerprint
     from argus.schemas.kernel_batch_body import KernelBatchReader
     from argus.schemas.step_body_reader import StepRecordReader
 
@@ -152,7 +152,7 @@ def read_avro(
         finally:
             fh.close()
 
-    if _fingerprint(schema) != load_schemas()[name].fingerprint:
+    if schema_fingerprint(schema) != load_schemas()[name].fingerprint:
         return name, it()
     if name == "kernel_batch":
         return name, blocks(KernelBatchReader(shared_streams=True))

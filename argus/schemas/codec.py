@@ -39,7 +39,7 @@ from fastavro.schema import fingerprint, to_parsing_canonical_form
 from argus.errors import DecodeError, EncodeError, SchemaNotFound
 from argus.schemas.kernel_batch_body import KernelBatchReader
 
-__all__ = ["SINGLE_OBJECT_MAGIC", "Codec", "RecordSchema", "load_schemas"]
+__all__ = ["SINGLE_OBJECT_MAGIC", "Codec", "RecordSchema", "load_schemas", "schema_fingerprint"]
 
 SINGLE_OBJECT_MAGIC = b"\xc3\x01"
 CONFLUENT_MAGIC = 0
@@ -66,14 +66,16 @@ def load_schemas() -> dict[str, RecordSchema]:
             continue
         raw = json.loads(entry.read_text())
         parsed = fastavro.parse_schema(raw, _write_hint=False)
-        fp = _fingerprint(parsed)
+        fp = schema_fingerprint(parsed)
         full = f"{raw['namespace']}.{raw['name']}" if "namespace" in raw else raw["name"]
         name = entry.name.removesuffix(".avsc")
         out[name] = RecordSchema(name, full, raw, parsed, fp)
     return out
 
 
-def _fingerprint(parsed: Any) -> bytes:
+def schema_fingerprint(parsed: Any) -> bytes:
+    """The 8-byte CRC-64-AVRO fingerprint of a parsed schema's canonical form, in the byte
+    order single-object encoding writes after its marker."""
     return bytes.fromhex(fingerprint(to_parsing_canonical_form(parsed), "CRC-64-AVRO"))
 
 
@@ -91,7 +93,7 @@ def load_history() -> dict[bytes, RecordSchema]:
             continue
         cur = current[entry.name.split(".")[0]]
         writer = fastavro.parse_schema(json.loads(entry.read_text()), _write_hint=False)
-        fp = _fingerprint(writer)
+        fp = schema_fingerprint(writer)
         if fp != cur.fingerprint:
             out[fp] = RecordSchema(cur.name, cur.full_name, cur.raw, cur.parsed, fp, writer)
     return out
@@ -306,7 +308,7 @@ class Codec:
                 "unknown-schema-id", f"schema id {sid} is {full}, not an argus record"
             )
         writer = fastavro.parse_schema(raw, _write_hint=False)
-        if _fingerprint(writer) != s2.fingerprint:  # another version: resolve into ours
+        if schema_fingerprint(writer) != s2.fingerprint:  # another version: resolve into ours
             s2 = RecordSchema(s2.name, s2.full_name, s2.raw, s2.parsed, s2.fingerprint, writer)
         self._schema_of_id[sid] = s2
         return s2

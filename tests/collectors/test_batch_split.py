@@ -260,7 +260,7 @@ def test_unsplit_batches_of_the_old_schema_still_read() -> None:
     import fastavro
 
     from argus.schemas import SINGLE_OBJECT_MAGIC
-    from argus.schemas.codec import _fingerprint
+    from argus.schemas.codec import schema_fingerprint
 
     old = json.loads((ROOT / "argus/schemas/history/kernel_batch.1.avsc").read_text())
     parsed = fastavro.parse_schema(old)
@@ -269,7 +269,7 @@ def test_unsplit_batches_of_the_old_schema_still_read() -> None:
 
     buf = io.BytesIO()
     fastavro.schemaless_writer(buf, parsed, rec)
-    raw = SINGLE_OBJECT_MAGIC + _fingerprint(parsed) + buf.getvalue()
+    raw = SINGLE_OBJECT_MAGIC + schema_fingerprint(parsed) + buf.getvalue()
     got = Codec().decode_as("kernel_batch", raw)
     assert (got["part"], got["parts"]) == (0, 1)
     whole, missing = assemble([got])

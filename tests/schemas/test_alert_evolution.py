@@ -12,7 +12,7 @@ import fastavro
 
 from argus.detectors.alert_id import alert_id, alert_identity
 from argus.schemas import Codec, load_schemas
-from argus.schemas.codec import SINGLE_OBJECT_MAGIC, _fingerprint
+from argus.schemas.codec import SINGLE_OBJECT_MAGIC, schema_fingerprint
 
 REC: dict[str, Any] = {
     "dedup_key": "j/dp/pp0/3/mlp",
@@ -39,7 +39,7 @@ def test_a_record_of_the_previous_version_decodes_without_id() -> None:
     old = fastavro.parse_schema(raw)
     buf = io.BytesIO()
     fastavro.schemaless_writer(buf, old, REC)
-    got = Codec().decode_as("alert", SINGLE_OBJECT_MAGIC + _fingerprint(old) + buf.getvalue())
+    got = Codec().decode_as("alert", SINGLE_OBJECT_MAGIC + schema_fingerprint(old) + buf.getvalue())
     assert got["id"] == "" and got["dedup_key"] == REC["dedup_key"]
     assert alert_identity(got).startswith("legacy:")
 

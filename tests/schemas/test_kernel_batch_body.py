@@ -234,9 +234,9 @@ def test_older_schema_keeps_fastavro() -> None:
     del rec["part"], rec["parts"]
     buf = io.BytesIO()
     fastavro.schemaless_writer(buf, old, rec)
-    from argus.schemas.codec import _fingerprint
+    from argus.schemas.codec import schema_fingerprint
 
-    data = SINGLE_OBJECT_MAGIC + _fingerprint(old) + buf.getvalue()
+    data = SINGLE_OBJECT_MAGIC + schema_fingerprint(old) + buf.getvalue()
     assert Codec().decode_as("kernel_batch", data) == {
         **rec,
         "part": 0,

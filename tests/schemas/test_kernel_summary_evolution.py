@@ -81,7 +81,7 @@ def test_codec_reads_records_of_the_previous_schema_version(batch: dict) -> None
     from importlib import resources
 
     from argus.schemas import Codec
-    from argus.schemas.codec import SINGLE_OBJECT_MAGIC, _fingerprint
+    from argus.schemas.codec import SINGLE_OBJECT_MAGIC, schema_fingerprint
 
     old_raw = json.loads(
         resources.files("argus.schemas").joinpath("history/kernel_summary.1.avsc").read_text()
@@ -91,8 +91,8 @@ def test_codec_reads_records_of_the_previous_schema_version(batch: dict) -> None
     rec = {k: v for k, v in rec.items() if k != "cluster_log_offsets"}
     buf = io.BytesIO()
     fastavro.schemaless_writer(buf, old, rec)
-    data = SINGLE_OBJECT_MAGIC + _fingerprint(old) + buf.getvalue()
-    assert _fingerprint(old) != load_schemas()["kernel_summary"].fingerprint
+    data = SINGLE_OBJECT_MAGIC + schema_fingerprint(old) + buf.getvalue()
+    assert schema_fingerprint(old) != load_schemas()["kernel_summary"].fingerprint
     got = Codec().decode_as("kernel_summary", data)
     assert not got["cluster_log_offsets"] and got["group_kernel"] == rec["group_kernel"]
     assert sr.groups_from_summary(got).keys() == sr.groups_from_summary(rec).keys()
