@@ -193,38 +193,35 @@ def _lag(workers: list[WorkerProcess], *roles: str) -> float:
 def _lag_s(workers: list[WorkerProcess], role: str) -> float:
     """The largest ``argus_consumer_lag_seconds`` of ``role`` over its topics and partitions
     (s: how long ago the oldest record waiting for it was produced)."""
-    import urllib.request
-
     worst = 0.0
     for w in workers:
         if role not in w.roles:
             continue
-        try:
-            url = f"http://127.0.0.1:{w.metrics_port}/metrics"
-            text = urllib.request.urlopen(url, timeout=2).read().decode()
-        except OSError:
-            continue
-        for line in text.splitlines():
+        for line in _scrape(w).splitlines():
             if line.startswith("argus_consumer_lag_seconds{") and f'role="{role}"' in line:
                 worst = max(worst, float(line.rsplit(" ", 1)[1]))
     return worst
+
+
+def _scrape(w: WorkerProcess) -> str:
+    """A worker's Prometheus text ("" when it does not answer)."""
+    import urllib.request
+
+    try:
+        url = f"http://127.0.0.1:{w.metrics_port}/metrics"
+        return str(urllib.request.urlopen(url, timeout=2).read().decode())
+    except OSError:
+        return ""
 
 
 def _ages(workers: list[WorkerProcess], prefix: str) -> dict[str, tuple[float, float]]:
     """Per input topic (prefix dropped): the sum (s) and count of ``argus_input_age_seconds``
     over the workers (how long records waited between their producer and the role); one
     scrape a worker."""
-    import urllib.request
-
     out: dict[str, tuple[float, float]] = {}
     for w in workers:
-        try:
-            url = f"http://127.0.0.1:{w.metrics_port}/metrics"
-            text = urllib.request.urlopen(url, timeout=2).read().decode()
-        except OSError:
-            continue
         for m in re.finditer(
-            r'^argus_input_age_seconds_(sum|count)\{topic="([^"]*)"\} (\S+)$', text, re.M
+            r'^argus_input_age_seconds_(sum|count)\{topic="([^"]*)"\} (\S+)$', _scrape(w), re.M
         ):
             short = m.group(2).removeprefix(prefix).lstrip(".-_")
             s, n = out.get(short, (0.0, 0.0))
@@ -370,15 +367,12 @@ def load(
                 flush=True,
             )
             ages = _ages(workers, prefix)  # each hop's mean wait since the last sample
-            print(
-                "    input age (s, mean since the last sample): "
-                + ", ".join(
-                    f"{t} {(s1 - ages0.get(t, (0, 0))[0]) / (n1 - ages0.get(t, (0, 0))[1]):.1f}"
-                    for t, (s1, n1) in sorted(ages.items())
-                    if n1 > ages0.get(t, (0, 0))[1]
-                ),
-                flush=True,
-            )
+            waits = []
+            for t, (s1, n1) in sorted(ages.items()):
+                s0, n0 = ages0.get(t, (0.0, 0.0))
+                if n1 > n0:
+                    waits.append(f"{t} {(s1 - s0) / (n1 - n0):.1f}")
+            print(f"    input age (s, mean since the last sample): {', '.join(waits)}", flush=True)
             ages0 = ages
             l3w = sum(metric(w, "argus_windows_closed_total", role="l3") for w in workers)
             l3b = sum(metric(w, "argus_detector_seconds_count", level="L3") for w in workers)

@@ -52,7 +52,7 @@ from argus.schemas.kernel_batch_body import _PAIR, _BodyReader, _long, _ts
 __all__ = ["PhaseRows", "StepRecordReader"]
 
 _COLLECTOR = ("overhead_ns", "dropped_records", "dropped_bytes", "errors", "queue_depth")
-_TEXTS_KEPT = 4096  # encoded strings kept (cleared when full)
+_PAIRS_KEPT = 4096  # encoded phase (name, kind) pairs kept (cleared when full)
 _TS_DUR = struct.Struct("<HHHHBHH").unpack_from  # a 9-byte varint, then a 4-byte one
 _LAYOUTS_KEPT = 32  # phases layouts learnt per reader (then no more)
 _NINE = np.arange(9, dtype=np.int64)
@@ -206,7 +206,7 @@ class StepRecordReader(_BodyReader):
                     start = pos
                     name, pos = text(buf, pos)
                     kind, pos = text(buf, pos)
-                    if len(pairs) >= _TEXTS_KEPT:
+                    if len(pairs) >= _PAIRS_KEPT:
                         pairs.clear()
                     pairs[buf[start:pos]] = (name, kind)
                 try:

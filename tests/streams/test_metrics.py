@@ -110,6 +110,16 @@ def _samples(text: str, name: str) -> list[tuple[dict[str, str], float]]:
     return out
 
 
+def _scrape(port: int) -> str:
+    """The Prometheus text served on ``port`` ("" when nothing answers)."""
+    try:
+        return str(
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
+        )
+    except OSError:
+        return ""
+
+
 def _listening(port: int) -> set[str]:
     """Local addresses (hex, as /proc/net/tcp writes them) listening on ``port``."""
     out = set()
@@ -137,11 +147,7 @@ def test_worker_serves_on_metrics_addr_with_lag_in_records_and_seconds(
     try:
         text, deadline = "", time.monotonic() + 120
         while time.monotonic() < deadline:
-            try:
-                url = f"http://127.0.0.1:{port}/metrics"
-                text = urllib.request.urlopen(url, timeout=2).read().decode()
-            except OSError:
-                text = ""
+            text = _scrape(port)
             if any(
                 lb.get("topic") == "anomalies"
                 for lb, _ in _samples(text, "argus_consumer_lag_seconds")
@@ -228,11 +234,7 @@ def test_compressor_only_worker_publishes_its_lag_and_reads_a_backlog_as_lag(
         lag: list[tuple[dict[str, str], float]] = []
         secs: list[tuple[dict[str, str], float]] = []
         while time.monotonic() < deadline:
-            try:
-                url = f"http://127.0.0.1:{w.metrics_port}/metrics"
-                text = urllib.request.urlopen(url, timeout=2).read().decode()
-            except OSError:
-                text = ""
+            text = _scrape(w.metrics_port)
             lag = [s for s in _samples(text, "argus_consumer_lag") if s[0]["role"] == "compressor"]
             secs = [
                 s
