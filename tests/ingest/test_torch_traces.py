@@ -52,8 +52,16 @@ def test_profiler_traces_name_the_slowed_rank(tmp_path: Path, world: int, slow: 
     doc = json.loads((out / "findings.json").read_text())
     # only the slowed rank is a culprit; its forward is named and paged (the 4-rank job's
     # late arrival into the all-reduce, in the windows its forward was not named, is a
-    # culprit of the same rank too)
-    assert {tuple(v["ranks"]) for v in doc["verdicts"]} == {(slow,)}, doc["verdicts"]
+    # culprit of the same rank too). A step that took twice the ones before it while the
+    # shared CI host was busy is a true job-wide iteration-time spike: reported without
+    # ranks (L1 jitter only), never paged.
+    named = [v for v in doc["verdicts"] if v["ranks"]]
+    assert {tuple(v["ranks"]) for v in named} == {(slow,)}, doc["verdicts"]
+    rankless = [v for v in doc["verdicts"] if not v["ranks"]]
+    assert all(v["kind"] == "jitter" and v["evidence"]["levels"] == "L1" for v in rankless), (
+        rankless
+    )
+    assert all(a["ranks"] == [slow] for a in doc["alerts"] if a["action"] == "trigger")
     assert any(v["phase"] == "forward" for v in doc["verdicts"])
     assert any(
         a["action"] == "trigger" and a["ranks"] == [slow] and a["phase"] == "forward"
