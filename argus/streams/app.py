@@ -667,6 +667,36 @@ def read_message(value: bytes) -> dict[str, Any]:
     return msg
 
 
+async def send_rekeyed(
+    ctx: Ctx,
+    dst: faust.TopicT,
+    by_key: Mapping[str, list[tuple[faust.EventT, tuple[bytes, bytes | None]]]],
+    role: str,
+) -> None:
+    """Send a poll's routed items to the internal topic ``dst``, each key's as few messages
+    as :func:`rekey_messages` cuts, on the key's stable partition. ``by_key``: key ->
+    ``[(event, item_bytes(item))]`` in the order consumed. A message the producer refuses
+    (too large) sends its events to the DLQ, each once."""
+    sent = time.time()
+    failed: set[int] = set()
+    for key, items in by_key.items():
+        for owners, value in rekey_messages(items, sent):
+            try:
+                await ctx.send(
+                    dst,
+                    key.encode(),
+                    value,
+                    partition=partition_of(key, ctx.pcfg.internal_partitions),
+                )
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # too large to re-key: its events to the DLQ
+                for ev in owners:
+                    if id(ev) not in failed:
+                        failed.add(id(ev))
+                        await ctx.dlq(ev, exc, role)
+
+
 def route_batches(
     ctx: Ctx, src: faust.TopicT, dst: faust.TopicT, *, name: str, role: str, route: Route
 ) -> None:
@@ -700,24 +730,7 @@ def route_batches(
                 continue
             for key, data in mine:
                 by_key.setdefault(key, []).append((event, data))
-        sent = time.time()
-        failed: set[int] = set()
-        for key, items in by_key.items():
-            for owners, value in rekey_messages(items, sent):
-                try:
-                    await ctx.send(
-                        dst,
-                        key.encode(),
-                        value,
-                        partition=partition_of(key, ctx.pcfg.internal_partitions),
-                    )
-                except asyncio.CancelledError:
-                    raise
-                except Exception as exc:  # too large to re-key: its events to the DLQ
-                    for ev in owners:
-                        if id(ev) not in failed:
-                            failed.add(id(ev))
-                            await ctx.dlq(ev, exc, role)
+        await send_rekeyed(ctx, dst, by_key, role)
 
     @ctx.app.agent(src, name=name)
     async def _router(stream: faust.StreamT) -> None:

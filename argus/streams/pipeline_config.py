@@ -112,6 +112,14 @@ class PipelineConfig(Limits):
         at 15 steps/min, replication 3, instead of the broker default's 7 days, 44 TB
         (docs/deploy.md, "Brokers and disks"). Topics created before keep theirs; the worker
         warns at start when it differs.
+    l3_route_summaries : bool
+        Whether L3 also reads ``summary.kernels`` and routes the summaries that reach it
+        without their scope item (written by another producer than argus' compressor, or by
+        an older one); argus' compressor sends each summary's item to its L3 scope itself
+        (``argus.streams.agents.kernels``) and marks the summary, which L3 then skips
+        undecoded. true (default): any producer's summaries are judged. false: L3 reads only
+        what compressors routed, and does not fetch ``summary.kernels`` at all (~a quarter of
+        the L3 worker's CPU at 1,024 ranks: BENCHMARKS.md, "The compressor routes L3").
     fidelity_every : int
         One in this many kernel windows is kept raw for the live fidelity check.
     stack_window_s : float
@@ -157,6 +165,7 @@ class PipelineConfig(Limits):
     funnel_l3_wait_s: float = 600.0
     internal_partitions: int = 4
     internal_retention_s: float = 86_400.0
+    l3_route_summaries: bool = True
     fidelity_every: int = 16
     stack_window_s: float = 10.0
     metrics_port: int = 0
@@ -167,7 +176,8 @@ class PipelineConfig(Limits):
     dlq_max_value_bytes: int = 900_000
 
     def __post_init__(self) -> None:
-        check_ranges(self, "streams", {f.name: _RANGES.get(f.name, POSITIVE) for f in fields(self)})
+        ranged = (f.name for f in fields(self) if f.type != "bool")
+        check_ranges(self, "streams", {n: _RANGES.get(n, POSITIVE) for n in ranged})
         if self.funnel_idle_s <= self.idle_close_s:
             raise ConfigError(
                 f"streams.funnel_idle_s ({self.funnel_idle_s}) must exceed streams.idle_close_s"

@@ -555,6 +555,17 @@ class SummarizedBatches:
             "rejected": int(self.rejected[i]),
         }
 
+    def names_of(self, i: int, ids: Iterable[int]) -> dict[int, str]:
+        """Kernel id -> name of record i's kernels ``ids`` (those :meth:`encoded` announced)."""
+        if self._parts:
+            p = bisect.bisect_right(self._part_first, i) - 1
+            return self._parts[p].names_of(i - self._part_first[p], ids)
+        ids = list(ids)
+        if not ids:
+            return {}
+        names_by_id = dict(zip(_kids(self.names[i]), self.names[i], strict=True))
+        return {k: names_by_id[k] for k in ids}
+
     def encoded(
         self, i: int, codec: Any, *, announced: set[int] | None = None
     ) -> tuple[bytes, list[int]]:

@@ -52,14 +52,16 @@ from argus.streams.app import (
     add_lag_gauge,
     current_event,
     guarded,
+    item_bytes,
     note_consumed,
     route_batches,
     run_polls,
+    send_rekeyed,
     window_agent,
 )
 from argus.streams.fidelity import check_batches
 from argus.streams.roles.context import partition_of
-from argus.streams.roles.l3 import L3Windows, RecentRecords, route_summary
+from argus.streams.roles.l3 import ROUTED_HEADER, L3Windows, RecentRecords, route_summary
 from argus.streams.validate import checker
 from argus.summaries import summary_record
 from argus.summaries.summary_record import BatchColumns, NameAnnouncements, SummarizedBatches
@@ -76,9 +78,15 @@ _FIDELITY_WAIT_S = 10.0
 _PART_MAX_AGE_S = 120.0
 
 
+Routed = dict[str, list[tuple[faust.EventT, tuple[bytes, bytes | None]]]]
+"""A poll's L3 items by scope key, as :func:`argus.streams.app.send_rekeyed` takes them."""
+
+
 def register_compressor(ctx: Ctx) -> None:
     keep_freed_blocks()  # a poll's numpy temporaries reuse heap pages (argus.malloc)
     src = ctx.external("raw.kernels")
+    routing = Routing.from_config(ctx.detectors.routing)  # L3's: the same [detectors] config
+    scopes = ctx.internal_topic("l3-scopes")
     announced = NameAnnouncements()  # per job/rank: the kernel ids its summaries named
     sample: dict[tuple[str, int], dict[str, Any]] = {}  # (job, window) -> batches/summaries
     checked: OrderedDict[tuple[str, int], None] = OrderedDict()  # windows already judged
@@ -174,8 +182,10 @@ def register_compressor(ctx: Ctx) -> None:
         batch: Mapping[str, Any],
         done: SummarizedBatches,
         i: int,
+        routed: Routed,
     ) -> None:
-        """Announce, encode and send window i of ``done`` (a summarised poll)."""
+        """Announce, encode and send window i of ``done`` (a summarised poll), and add its
+        L3 item to ``routed`` (sent to its scope after the poll's summaries)."""
         who = f"{batch['job']}/{batch['rank']}"
         known = announced.known(who)
         job, w = batch["job"], int(batch["window_id"])
@@ -187,8 +197,14 @@ def register_compressor(ctx: Ctx) -> None:
         # stay together, so L3's per-partition watermark sees the compressor's own
         # catch-up skew between raw partitions (keys would hash them elsewhere)
         part = await same_partition(event.message.partition)
-        await ctx.send(ctx.external("summary.kernels"), who.encode(), data, partition=part)
+        item = l3_item(event, batch, data, done.names_of(i, named))
+        headers = [(ROUTED_HEADER, b"1")] if item else None
+        await ctx.send(
+            ctx.external("summary.kernels"), who.encode(), data, partition=part, headers=headers
+        )
         records_out.inc()
+        for key, it in item:
+            routed.setdefault(key, []).append((event, item_bytes(it)))
         raw = event.message.value or b""
         raw_bytes = len(raw) * int(piece.get("parts", 1))  # ~: parts are near one size
         gauge = ratio_of.get(job)
@@ -200,6 +216,26 @@ def register_compressor(ctx: Ctx) -> None:
             s["batches"].append(batch)
             s["summaries"].append(rec)
             await fidelity(time.time())
+
+    def l3_item(
+        event: faust.EventT, batch: Mapping[str, Any], data: bytes, names: Mapping[int, str]
+    ) -> list[tuple[str, Any]]:
+        """The summary's item for its L3 scope (:func:`~argus.streams.roles.l3.route_summary`
+        of what the summary says), its part the raw record's partition (where L3's
+        per-partition watermark sees this compressor's catch-up skew); [] when its coords
+        name no scope (then L3's router reads the summary, and sends it to the DLQ with the
+        reason)."""
+        rec = {
+            "job": batch["job"],
+            "rank": batch["rank"],
+            "window_id": batch["window_id"],
+            "coords": batch.get("coords") or {},
+            "kernel_names": [{"id": k, "name": n} for k, n in names.items()],
+        }
+        try:
+            return list(route_summary(rec, data, routing, event.message.partition))
+        except Exception:
+            return []
 
     async def poll(events: list[faust.EventT]) -> None:
         """The events taken in one poll, in runs of up to ``CHUNK_EVENTS`` kernel events (a
@@ -228,7 +264,9 @@ def register_compressor(ctx: Ctx) -> None:
     async def summarize(
         ready: list[tuple[faust.EventT, dict[str, Any], Mapping[str, Any], Any]],
     ) -> None:
-        """Compress ``ready``'s windows in one call, then send their summaries in order."""
+        """Compress ``ready``'s windows in one call, then send their summaries in order,
+        then their L3 items (one message per scope, :func:`~argus.streams.app.send_rekeyed`)."""
+        routed: Routed = {}
         try:
             done: SummarizedBatches | None = SummarizedBatches(
                 [w for _, _, w, _ in ready], columns=[c for _, _, _, c in ready]
@@ -245,8 +283,12 @@ def register_compressor(ctx: Ctx) -> None:
                     await ctx.dlq(event, exc, "compressor")
                     continue
             await guarded(
-                ctx, event, "compressor", functools.partial(emit, event, piece, whole, src, j)
+                ctx,
+                event,
+                "compressor",
+                functools.partial(emit, event, piece, whole, src, j, routed),
             )
+        await send_rekeyed(ctx, scopes, routed, "compressor")
 
     @ctx.app.agent(src, name="compressor")
     async def compressor(stream: faust.StreamT) -> None:
@@ -313,6 +355,8 @@ def register_l3(ctx: Ctx) -> None:
 
     async def route(event: faust.EventT) -> list[tuple[str, Any]]:
         msg = event.message
+        if _routed_by_compressor(msg.headers):
+            return []  # its compressor sent its item to the scope
         rec = ctx.codec.decode_as("kernel_summary", msg.value)
         checker(ctx).kernel_summary(rec, msg.value)  # its columns too
         recent.put(msg.partition, msg.offset, rec)  # not decoded again by the windows here
@@ -328,6 +372,18 @@ def register_l3(ctx: Ctx) -> None:
             l3.forget(lambda scope: partition_of(scope, parts) not in gone)
 
     ctx.app.on_partitions_revoked.connect(cast(Any, _revoked))  # mode's handler type: any call
-    route_batches(ctx, src, scopes, name="l3-router", role="l3", route=route)
+    inputs = [name]
+    if ctx.pcfg.l3_route_summaries:
+        route_batches(ctx, src, scopes, name="l3-router", role="l3", route=route)
+        inputs.insert(0, ctx.topic("summary.kernels"))
     window_agent(ctx, scopes, name="l3-windows", role="l3", impl=l3)
-    add_lag_gauge(ctx, "l3", [ctx.topic("summary.kernels"), name])
+    add_lag_gauge(ctx, "l3", inputs)
+
+
+def _routed_by_compressor(headers: Any) -> bool:
+    """Whether a ``summary.kernels`` record carries :data:`ROUTED_HEADER` (faust gives the
+    headers as a list of ``(key, value)`` pairs or a mapping)."""
+    if not headers:
+        return False
+    keys = headers.keys() if isinstance(headers, Mapping) else (h[0] for h in headers)
+    return ROUTED_HEADER in keys

@@ -28,7 +28,13 @@ from argus.streams.roles.context import RoleContext, emit_findings
 from argus.streams.roles.state import KernelItem, L3Progress, L3State
 from argus.summaries.summary_record import KernelNames
 
-__all__ = ["CellHolder", "L3Windows", "RecentRecords", "route_summary"]
+__all__ = ["ROUTED_HEADER", "CellHolder", "L3Windows", "RecentRecords", "route_summary"]
+
+ROUTED_HEADER = "argus-l3-routed"
+"""Kafka header of a ``summary.kernels`` record whose L3 item its compressor already sent to
+the scope (``l3-scopes``) itself: L3's router skips it undecoded. Summaries without it (other
+producers, an older compressor) are routed by L3 as before; one routed twice (an older L3
+router during an upgrade) is a duplicate its scope ignores."""
 
 
 class CellHolder(Protocol):
@@ -46,7 +52,8 @@ def route_summary(
     rec: Mapping[str, Any], value: bytes, routing: Routing, part: int = 0, offset: int = -1
 ) -> list[tuple[str, KernelItem]]:
     """The routed item of one ``kernel_summary`` (``value``: its encoded bytes; ``part``,
-    ``offset``: where it came from): ``[(job/dp/<scope group>, item)]``."""
+    ``offset``: where it came from): ``[(job/dp/<scope group>, item)]``. Of ``rec`` only
+    ``job``, ``rank``, ``window_id``, ``coords`` and ``kernel_names`` are read."""
     sid, expected = routing.scope_of(rec["coords"], "dp")
     return [
         (

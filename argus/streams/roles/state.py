@@ -171,8 +171,8 @@ class KernelItem(TypedDict):
     window: int
     expected: int  # ranks of the scope
     blob: bytes  # the encoded kernel_summary (after the message's JSON: app.BLOB)
-    part: int  # its partition of summary.kernels
-    offset: int  # its offset there (-1: not from Kafka)
+    part: int  # its input partition: raw.kernels' when its compressor routed it, else summary.kernels'
+    offset: int  # its offset on summary.kernels (-1: routed by its compressor, or not from Kafka)
     names: dict[str, str]  # kernel id -> name announced by this summary
     summary: NotRequired[str]  # before blobs: the encoded kernel_summary in base64
 
