@@ -13,6 +13,7 @@ Imported by path (``bench/`` is the scripts' own directory); ``SPLIT``, ``free_p
 from __future__ import annotations
 
 import atexit
+import os
 import sys
 import tempfile
 import time
@@ -54,6 +55,12 @@ LOAD_ENV = {  # the workers' settings under sustained load
     "ARGUS_STREAMS__FUNNEL_IDLE_S": "10",
     "ARGUS_STREAMS__IDLE_CLOSE_S": "8",
     "ARGUS_STREAMS__INTERNAL_RETENTION_S": "900",  # re-key topics: 15 min (disk, as below)
+    # every summary comes from argus' compressor, which routes L3 itself: L3 does not read
+    # summary.kernels (docs/pipeline.md, "The compressor routes L3 itself"); set it in the
+    # environment to measure the default (true)
+    "ARGUS_STREAMS__L3_ROUTE_SUMMARIES": os.environ.get(
+        "ARGUS_STREAMS__L3_ROUTE_SUMMARIES", "false"
+    ),
 }
 
 Step = tuple[str, str, dict[str, Any]]  # (record type, key, record) from argus.sim.simulate

@@ -432,7 +432,8 @@ def load(
     n_ev = n_steps * lay.world * events
     print(
         f"load: {lay.world} ranks ({lay}), {n_steps} steps at 15/min, {events} kernel events/rank-step, "
-        f"{wall:.0f} s; kernel batches {bytes_k / wall / 1e6:.1f} MB/s"
+        f"{wall:.0f} s; kernel batches {bytes_k / wall / 1e6:.1f} MB/s; L3 reads summary.kernels:"
+        f" {LOAD_ENV['ARGUS_STREAMS__L3_ROUTE_SUMMARIES']}"
     )
     if not steps_workers:
         print(f"  kernel events/s offered: {n_ev / wall:,.0f}")

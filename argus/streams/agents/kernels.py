@@ -222,9 +222,10 @@ def register_compressor(ctx: Ctx) -> None:
     ) -> list[tuple[str, Any]]:
         """The summary's item for its L3 scope (:func:`~argus.streams.roles.l3.route_summary`
         of what the summary says), its part the raw record's partition (where L3's
-        per-partition watermark sees this compressor's catch-up skew); [] when its coords
-        name no scope (then L3's router reads the summary, and sends it to the DLQ with the
-        reason)."""
+        per-partition watermark sees this compressor's catch-up skew). When its coords name
+        no scope: [] while L3 routes other producers' summaries (L3's router then reads
+        this one and sends it to the DLQ with the reason), else the error (the raw record
+        goes to the DLQ here)."""
         rec = {
             "job": batch["job"],
             "rank": batch["rank"],
@@ -235,6 +236,8 @@ def register_compressor(ctx: Ctx) -> None:
         try:
             return list(route_summary(rec, data, routing, event.message.partition))
         except Exception:
+            if not ctx.pcfg.l3_route_summaries:
+                raise
             return []
 
     async def poll(events: list[faust.EventT]) -> None:
