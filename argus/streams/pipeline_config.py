@@ -118,8 +118,9 @@ class PipelineConfig(Limits):
         an older one); argus' compressor sends each summary's item to its L3 scope itself
         (``argus.streams.agents.kernels``) and marks the summary, which L3 then skips
         undecoded. true (default): any producer's summaries are judged. false: L3 reads only
-        what compressors routed, and does not fetch ``summary.kernels`` at all (~a quarter of
-        the L3 worker's CPU at 1,024 ranks: BENCHMARKS.md, "The compressor routes L3").
+        what compressors routed, and does not fetch ``summary.kernels`` at all: half the L3
+        worker's CPU at 1,024 ranks, a third of it with true (BENCHMARKS.md, "The compressor
+        routes L3 itself").
     fidelity_every : int
         One in this many kernel windows is kept raw for the live fidelity check.
     stack_window_s : float
