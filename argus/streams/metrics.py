@@ -51,7 +51,8 @@ DUPLICATES = Counter(
 WINDOWS = Counter("argus_windows_closed", "Windows closed", ["role", "how"], registry=REGISTRY)
 ROUTER_POLL = Histogram(
     "argus_router_poll_events",
-    "Events a router took into one poll (route_batches); their items leave as one message per key",
+    "Events a router took into one poll (route_batches; their items leave as one message per"
+    " key), and records the compressor took into one summarize call (role compressor)",
     ["role"],
     buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
     registry=REGISTRY,

@@ -71,6 +71,7 @@ __all__ = ["register_compressor", "register_l3"]
 log = logging.getLogger("argus.streams")
 
 _POLL_MAX = 256  # raw records the compressor takes into one summarize call at most
+_POLL_YIELDS = 4  # turns of the loop (no time) a poll gives the consumer to hand over more
 _FIDELITY_MIN_RANKS = 8
 _FIDELITY_WAIT_S = 10.0
 # a split window's parts leave its producer together (librdkafka retries a part for at most
@@ -127,6 +128,7 @@ def register_compressor(ctx: Ctx) -> None:
 
     records_in = metrics.RECORDS_IN.labels("compressor", "raw.kernels")  # children cached:
     records_out = metrics.RECORDS_OUT.labels("compressor", "summary.kernels")  # no lookups
+    poll_size = metrics.ROUTER_POLL.labels("compressor")
     ratio_of: dict[str, Any] = {}  # job -> its compression-ratio gauge child
 
     async def take(
@@ -245,6 +247,7 @@ def register_compressor(ctx: Ctx) -> None:
         run's columns are still in cache when compressed): each run's complete windows
         compressed in one call
         (:class:`~argus.summaries.summary_record.SummarizedBatches`), then sent in order."""
+        poll_size.observe(len(events))
         ready: list[tuple[faust.EventT, dict[str, Any], Mapping[str, Any], Any]] = []
         n_events = [0]  # in ready
 
@@ -300,7 +303,7 @@ def register_compressor(ctx: Ctx) -> None:
         # acknowledge each as the next one is taken, before its summary was sent).
         # Nothing waits for more input (faust's take() stalled low-volume agents): a lone
         # record is compressed at once.
-        await run_polls(stream, poll, max_events=_POLL_MAX)
+        await run_polls(stream, poll, max_events=_POLL_MAX, yields=_POLL_YIELDS)
 
     @ctx.app.timer(interval=2.0, name="compressor-fidelity")
     async def _fidelity_timer() -> None:
