@@ -33,7 +33,7 @@ from faust.types import TP
 
 from argus.config import Settings
 from argus.schemas import Codec
-from argus.streams import metrics, recovery_seek
+from argus.streams import fast_delivery, metrics, recovery_seek
 from argus.streams.durable import CoalescingTable, DurableCommits, install
 from argus.streams.pipeline_config import PipelineConfig
 from argus.streams.roles.context import partition_of
@@ -495,6 +495,7 @@ def build_app(
     )
     _idempotent_producer(app)
     recovery_seek.install(app)  # a faust 0.15 race that drops input after recovery
+    fast_delivery.install(app)  # no four tasks a record in faust's fetch loop
     static_membership.install(app)  # a static member still leaves its group on a clean stop
     watch_sends(ctx)
     for role in roles:
