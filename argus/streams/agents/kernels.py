@@ -19,8 +19,13 @@
   (:class:`~argus.summaries.summary_record.NameAnnouncements`). One window in
   ``fidelity_every`` is also kept raw for the live fidelity check
   (:func:`argus.streams.fidelity.check_batches`), whose Spearman figure is a metric.
-* **l3**: summaries validated and re-keyed by scope group
-  (:func:`argus.streams.roles.l3.route_summary`); the role
+  Each summary's L3 item goes to its scope on ``l3-scopes`` from here, one message per scope
+  and poll, and the summary carries the header
+  :data:`~argus.streams.roles.l3.ROUTED_HEADER` (docs/pipeline.md, "The compressor routes
+  L3 itself").
+* **l3**: the compressors' items, and (``streams.l3_route_summaries``) the summaries other
+  producers wrote, validated and re-keyed by scope group
+  (:func:`argus.streams.roles.l3.route_summary`; marked summaries skipped); the role
   :class:`~argus.streams.roles.l3.L3Windows` judges them. The open blocks' summaries are
   kept in memory (no changelog): each one's ``l3-scopes`` offset is held uncommitted
   (:mod:`argus.streams.held`) until its block was judged, so a restarted worker reads them
