@@ -10,7 +10,8 @@ part of the difference that is the client alone, with nothing else in the proces
   fetches (the workers' ``fetch_bytes``): aiokafka's ``getmany`` against confluent-kafka's
   ``consume(500)``;
 * **consume in faust**: a faust agent that only iterates the same records' events
-  (``_faust_null.py``, the workers' fetch size): what faust adds to aiokafka per record;
+  (``_faust_null.py``, the workers' fetch size): what faust adds to aiokafka per record, as
+  faust 0.15 delivers them and with the workers' :mod:`argus.streams.fast_delivery`;
 * **produce**: the same number of summary-sized values (6.5 KB) sent with a 10 ms linger
   and 512 KiB batches (the workers' ``producer_linger_s``, ``producer_batch_bytes``),
   idempotent, and awaited: aiokafka's ``send`` against
