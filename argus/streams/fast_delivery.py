@@ -7,10 +7,10 @@ faust-streaming 0.15's fetch loop (``Consumer._drain_messages``) delivers each r
 so that a delivery blocked on a full stream buffer is abandoned when the flow is suspended
 (a rebalance) or the consumer stops. ``wait_first`` makes a task of the delivery, of the
 flow event's wait and of the consumer's stopped and crashed events, waits for the first,
-and cancels the rest: on the 2-core VM ~150 us of CPU a record, for records that almost
+and cancels the rest: on the 2-core VM ~70 us of CPU a record, for records that almost
 always go into a buffer with room at once. A faust agent that only iterates its events cost
-158-171 us a 450-byte record, against 1.3-3 us for aiokafka or confluent-kafka alone
-(``bench/bench_kafka_clients.py``, BENCHMARKS.md).
+148 us a 450-byte record (76 us with this module), against 1-3 us for aiokafka or
+confluent-kafka alone (``bench/bench_kafka_clients.py --step-sized``, BENCHMARKS.md).
 
 :func:`install` wraps the consumer's ``wait_first``: for exactly that call (a coroutine and
 an ``Event.wait()``, no timeout; the flow not suspended, the consumer neither stopped nor
