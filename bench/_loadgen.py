@@ -30,7 +30,7 @@ from argus.schemas.avro_binary import avro_long
 from argus.streams.local_run import WorkerProcess
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "tests" / "pipeline"))
-from harness import SPLIT, free_port, metric
+from harness import SPLIT, free_port, metric, scrape
 
 __all__ = [
     "LOAD_ENV",
@@ -43,6 +43,7 @@ __all__ = [
     "metric",
     "produce",
     "publish_steps",
+    "scrape",
     "split_roles",
     "start_stack",
 ]

@@ -42,6 +42,7 @@ from _loadgen import (
     metric,
     produce,
     publish_steps,
+    scrape,
     split_roles,
     start_stack,
 )
@@ -197,21 +198,10 @@ def _lag_s(workers: list[WorkerProcess], role: str) -> float:
     for w in workers:
         if role not in w.roles:
             continue
-        for line in _scrape(w).splitlines():
+        for line in scrape(w.metrics_port).splitlines():
             if line.startswith("argus_consumer_lag_seconds{") and f'role="{role}"' in line:
                 worst = max(worst, float(line.rsplit(" ", 1)[1]))
     return worst
-
-
-def _scrape(w: WorkerProcess) -> str:
-    """A worker's Prometheus text ("" when it does not answer)."""
-    import urllib.request
-
-    try:
-        url = f"http://127.0.0.1:{w.metrics_port}/metrics"
-        return str(urllib.request.urlopen(url, timeout=2).read().decode())
-    except OSError:
-        return ""
 
 
 def _ages(workers: list[WorkerProcess], prefix: str) -> dict[str, tuple[float, float]]:
@@ -221,7 +211,9 @@ def _ages(workers: list[WorkerProcess], prefix: str) -> dict[str, tuple[float, f
     out: dict[str, tuple[float, float]] = {}
     for w in workers:
         for m in re.finditer(
-            r'^argus_input_age_seconds_(sum|count)\{topic="([^"]*)"\} (\S+)$', _scrape(w), re.M
+            r'^argus_input_age_seconds_(sum|count)\{topic="([^"]*)"\} (\S+)$',
+            scrape(w.metrics_port),
+            re.M,
         ):
             short = m.group(2).removeprefix(prefix).lstrip(".-_")
             s, n = out.get(short, (0.0, 0.0))

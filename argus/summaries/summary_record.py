@@ -529,9 +529,7 @@ class SummarizedBatches:
             new = []
         else:
             new = [k for k in used if k not in announced]
-        names_by_id: dict[int, str] = {}
-        if new:
-            names_by_id = dict(zip(_kids(self.names[i]), self.names[i], strict=True))
+        names_by_id = self.names_of(i, new)
         return {
             "job": batch["job"],
             "rank": int(batch["rank"]),

@@ -55,15 +55,19 @@ def group_id(prefix: str, roles: tuple[str, ...]) -> str:
     return f"{prefix}-{'-'.join(sorted(roles))}"
 
 
+def scrape(port: int) -> str:
+    """The Prometheus text served on 127.0.0.1:``port`` ("" when nothing answers)."""
+    try:
+        url = f"http://127.0.0.1:{port}/metrics"
+        return str(urllib.request.urlopen(url, timeout=2).read().decode())
+    except OSError:
+        return ""
+
+
 def has_metric(w: WorkerProcess, name: str, **labels: str) -> bool:
     """The worker serves a sample of ``name`` with ``labels`` (e.g. its lag gauge, set once
     it holds partitions)."""
-    try:
-        url = f"http://127.0.0.1:{w.metrics_port}/metrics"
-        text = urllib.request.urlopen(url, timeout=2).read().decode()
-    except OSError:
-        return False
-    for line in text.splitlines():
+    for line in scrape(w.metrics_port).splitlines():
         m = re.match(rf"^{name}\{{(.*)\}} \S+$", line)
         if m and all(f'{k}="{v}"' in m.group(1) for k, v in labels.items()):
             return True
@@ -97,16 +101,8 @@ def private_broker(tmp: Path) -> Iterator[tuple[LocalBroker, Settings, dict[str,
 
 def metric(w: WorkerProcess, name: str, **labels: str) -> float:
     """Sum of a Prometheus metric's samples matching ``labels`` (0 when absent)."""
-    try:
-        text = (
-            urllib.request.urlopen(f"http://127.0.0.1:{w.metrics_port}/metrics", timeout=2)
-            .read()
-            .decode()
-        )
-    except OSError:
-        return 0.0
     total = 0.0
-    for line in text.splitlines():
+    for line in scrape(w.metrics_port).splitlines():
         m = re.match(rf"^{name}(?:\{{(.*)\}})? (\S+)$", line)
         if not m:
             continue

@@ -21,16 +21,25 @@ from argus.streams.fast_delivery import Resumed
 
 
 def _consumer() -> Any:
+    """A faust consumer with the wrapper installed (twice: it installs once), flow running."""
     app = faust.App(f"t-fast-{id(object())}", broker="kafka://127.0.0.1:1", autodiscover=False)
     fast_delivery.install(app)
-    fast_delivery.install(app)  # once
-    return app.consumer
+    fast_delivery.install(app)
+    consumer = app.consumer
+    consumer.suspend_flow.clear()
+    return consumer
+
+
+def _full_queue() -> asyncio.Queue[int]:
+    """A queue a put blocks on (maxsize 1, holding 0)."""
+    queue: asyncio.Queue[int] = asyncio.Queue(maxsize=1)
+    queue.put_nowait(0)
+    return queue
 
 
 def test_a_delivery_with_room_completes_in_the_call() -> None:
     async def main() -> None:
         consumer = _consumer()
-        consumer.suspend_flow.clear()
         queue: asyncio.Queue[int] = asyncio.Queue(maxsize=4)
 
         async def deliver(x: int) -> str:
@@ -51,9 +60,7 @@ def test_a_delivery_with_room_completes_in_the_call() -> None:
 def test_a_blocked_delivery_completes_once_unblocked() -> None:
     async def main() -> None:
         consumer = _consumer()
-        consumer.suspend_flow.clear()
-        queue: asyncio.Queue[int] = asyncio.Queue(maxsize=1)
-        queue.put_nowait(0)  # full
+        queue = _full_queue()
 
         async def deliver(x: int) -> str:
             await queue.put(x)
@@ -75,9 +82,7 @@ def test_a_blocked_delivery_completes_once_unblocked() -> None:
 def test_a_blocked_delivery_is_cancelled_when_the_flow_stops() -> None:
     async def main() -> None:
         consumer = _consumer()
-        consumer.suspend_flow.clear()
-        queue: asyncio.Queue[int] = asyncio.Queue(maxsize=1)
-        queue.put_nowait(0)
+        queue = _full_queue()
         seen: list[str] = []
 
         async def deliver(x: int) -> None:

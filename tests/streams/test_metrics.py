@@ -8,7 +8,6 @@ import re
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any, cast
 
@@ -17,7 +16,7 @@ import pytest
 from argus.config import Settings
 from argus.errors import ConfigError
 from argus.streams import metrics
-from tests.pipeline.harness import free_port, worker
+from tests.pipeline.harness import free_port, scrape, worker
 
 
 def test_no_metric_has_a_job_label() -> None:
@@ -110,16 +109,6 @@ def _samples(text: str, name: str) -> list[tuple[dict[str, str], float]]:
     return out
 
 
-def _scrape(port: int) -> str:
-    """The Prometheus text served on ``port`` ("" when nothing answers)."""
-    try:
-        return str(
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
-        )
-    except OSError:
-        return ""
-
-
 def _listening(port: int) -> set[str]:
     """Local addresses (hex, as /proc/net/tcp writes them) listening on ``port``."""
     out = set()
@@ -150,7 +139,7 @@ def test_worker_serves_on_metrics_addr_with_lag_in_records_and_seconds(
         # in a sample taken while nothing waits, not in every sample
         text, deadline = "", time.monotonic() + 120
         while time.monotonic() < deadline:
-            text = _scrape(port)
+            text = scrape(port)
             secs = _samples(text, "argus_consumer_lag_seconds")
             if any(lb.get("topic") == "anomalies" for lb, _ in secs) and all(
                 v == 0.0 for _, v in secs
@@ -237,7 +226,7 @@ def test_compressor_only_worker_publishes_its_lag_and_reads_a_backlog_as_lag(
         lag: list[tuple[dict[str, str], float]] = []
         secs: list[tuple[dict[str, str], float]] = []
         while time.monotonic() < deadline:
-            text = _scrape(w.metrics_port)
+            text = scrape(w.metrics_port)
             lag = [s for s in _samples(text, "argus_consumer_lag") if s[0]["role"] == "compressor"]
             secs = [
                 s
