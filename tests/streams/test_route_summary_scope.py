@@ -148,3 +148,40 @@ def test_group_for_kind_equals_group_id(kind: str) -> None:
     assert changed.group_for_kind(c, "dp") == "pp3.tp1"
     groups["dp"] = ("tp",)
     assert changed.group_for_kind(c, "dp") == "pp3.dp5"
+
+
+def test_route_window_equals_route_summary_of_the_summary() -> None:
+    """The compressor's route (from the raw window and the names it announces) gives the
+    item L3's router gives for the decoded summary: same key, rank, window, size, bytes,
+    partition and names; offset -1."""
+    import numpy as np
+
+    from argus.schemas import Codec
+    from argus.sim.layout import Layout
+    from argus.streams import synth
+    from argus.streams.roles.l3 import route_window
+    from argus.summaries.summary_record import SummarizedBatches
+
+    codec, lay, rng = Codec(), Layout.for_ranks(64), np.random.default_rng(3)
+    batches = [
+        synth.kernel_batch(
+            rng,
+            synth.default_mix(0),
+            job="j",
+            rank=r,
+            window_id=7,
+            n_events=300,
+            coords=lay.coords(r),
+        )
+        for r in (0, 5, 63)
+    ]
+    done = SummarizedBatches(batches)
+    routing = Routing()
+    for i, batch in enumerate(batches):
+        announced = {0, 1} if i else set()  # some names already announced, once none
+        data, named = done.encoded(i, codec, announced=announced)
+        decoded = codec.decode_as("kernel_summary", data)
+        want = route_summary(decoded, data, routing, part=2)
+        got = route_window(batch, data, done.names_of(i, named), routing, part=2)
+        assert got == want
+        assert got[0][1]["offset"] == -1 and got[0][1]["names"]

@@ -66,7 +66,13 @@ from argus.streams.app import (
 )
 from argus.streams.fidelity import check_batches
 from argus.streams.roles.context import partition_of
-from argus.streams.roles.l3 import ROUTED_HEADER, L3Windows, RecentRecords, route_summary
+from argus.streams.roles.l3 import (
+    ROUTED_HEADER,
+    L3Windows,
+    RecentRecords,
+    route_summary,
+    route_window,
+)
 from argus.streams.validate import checker
 from argus.summaries import summary_record
 from argus.summaries.summary_record import BatchColumns, NameAnnouncements, SummarizedBatches
@@ -227,21 +233,14 @@ def register_compressor(ctx: Ctx) -> None:
     def l3_item(
         event: faust.EventT, batch: Mapping[str, Any], data: bytes, names: Mapping[int, str]
     ) -> list[tuple[str, Any]]:
-        """The summary's item for its L3 scope (:func:`~argus.streams.roles.l3.route_summary`
-        of what the summary says), its part the raw record's partition (where L3's
+        """The summary's item for its L3 scope (:func:`~argus.streams.roles.l3.route_window`
+        of its raw window), its part the raw record's partition (where L3's
         per-partition watermark sees this compressor's catch-up skew). When its coords name
         no scope: [] while L3 routes other producers' summaries (L3's router then reads
         this one and sends it to the DLQ with the reason), else the error (the raw record
         goes to the DLQ here)."""
-        rec = {
-            "job": batch["job"],
-            "rank": batch["rank"],
-            "window_id": batch["window_id"],
-            "coords": batch.get("coords") or {},
-            "kernel_names": [{"id": k, "name": n} for k, n in names.items()],
-        }
         try:
-            return list(route_summary(rec, data, routing, event.message.partition))
+            return route_window(batch, data, names, routing, event.message.partition)
         except Exception:
             if not ctx.pcfg.l3_route_summaries:
                 raise

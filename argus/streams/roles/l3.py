@@ -28,7 +28,14 @@ from argus.streams.roles.context import RoleContext, emit_findings
 from argus.streams.roles.state import KernelItem, L3Progress, L3State
 from argus.summaries.summary_record import KernelNames
 
-__all__ = ["ROUTED_HEADER", "CellHolder", "L3Windows", "RecentRecords", "route_summary"]
+__all__ = [
+    "ROUTED_HEADER",
+    "CellHolder",
+    "L3Windows",
+    "RecentRecords",
+    "route_summary",
+    "route_window",
+]
 
 ROUTED_HEADER = "argus-l3-routed"
 """Kafka header of a ``summary.kernels`` record whose L3 item its compressor already sent to
@@ -70,6 +77,23 @@ def route_summary(
             ),
         )
     ]
+
+
+def route_window(
+    batch: Mapping[str, Any], value: bytes, names: Mapping[int, str], routing: Routing, part: int
+) -> list[tuple[str, KernelItem]]:
+    """:func:`route_summary` of the summary made of raw window ``batch`` (a
+    ``kernel_batch``: its job, rank, window id and coords) where it is made: ``value`` its
+    encoded bytes, ``names`` the kernel names it announces (id -> name), ``part`` the raw
+    record's partition (offset -1: no source offset on ``summary.kernels``)."""
+    rec = {
+        "job": batch["job"],
+        "rank": batch["rank"],
+        "window_id": batch["window_id"],
+        "coords": batch.get("coords") or {},
+        "kernel_names": [{"id": k, "name": n} for k, n in names.items()],
+    }
+    return route_summary(rec, value, routing, part)
 
 
 class RecentRecords:
