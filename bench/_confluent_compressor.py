@@ -27,6 +27,7 @@ from argus.detectors.config import DetectorsConfig
 from argus.routing import Routing
 from argus.schemas import Codec
 from argus.streams.app import item_bytes, rekey_messages
+from argus.streams.fidelity import judge_samples
 from argus.streams.limits import Limits
 from argus.streams.pipeline_config import PipelineConfig
 from argus.streams.roles.compressor import Compressor, Taken
@@ -125,7 +126,7 @@ while got < n:
             ready, events = [last], last.events
     if ready:
         summarize(ready)
-    role.fidelity(time.time())
+    judge_samples(role.due_samples(time.time()))
     if time.monotonic() - last_commit >= 1.0 or got >= n:
         producer.flush(30)
         consumer.commit(asynchronous=True)

@@ -20,7 +20,8 @@ layer  modules                                             what
 4      ``argus.streams.windows``, ``argus.streams.roles``  the engine's pure roles and what
        ``argus.streams.step_digest``,                      they need (no faust, no Kafka)
        ``argus.streams.pipeline_config``,
-       ``argus.streams.limits``, ``argus.streams.metrics``
+       ``argus.streams.limits``, ``argus.streams.metrics``,
+       ``argus.streams.validate``
 5      ``argus.streams`` (the rest), ``argus.cli``,        faust agents, app, memory driver,
        ``argus.commands``, ``argus.diagnose``,             operator commands, sinks, simulator,
        ``argus.replay``, ``argus.report``,                 Kafka admin
@@ -69,6 +70,7 @@ LAYERS: dict[str, int | str] = {
     "argus.streams.pipeline_config": 4,  # the roles' settings
     "argus.streams.limits": 4,  # the input limits pipeline_config inherits
     "argus.streams.metrics": 4,  # Prometheus instruments the roles count into
+    "argus.streams.validate": 4,  # the input checks the roles apply (the compressor's)
     "argus.streams": 5,
     "argus.diagnose": 5,
     "argus.replay": 5,

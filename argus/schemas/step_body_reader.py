@@ -1,12 +1,11 @@
 """Hand-written reader of the Avro binary body of ``step_record`` (the current schema only),
-for ``argus diagnose``'s container files (:func:`argus.diagnose.read_avro`).
-
-The live path keeps fastavro: :meth:`argus.schemas.Codec.decode` reads ``step_record``
-bodies with ``fastavro.schemaless_reader`` (the live steps-path bar's floor is measured with
-it). Here, a recorded job's steps are read a container block at a time: 61,440 records of
-nine phases (512 ranks x 120 steps) in 0.90-0.97 s of user CPU and 54,000 page faults,
-against fastavro's container reader's 1.05-1.11 s and 82,500 (2-core VM, decompression
-included in both).
+for ``argus diagnose``'s container files (:func:`argus.diagnose.read_avro`) and the live
+records (:meth:`argus.schemas.Codec.decode`, one at a time: 36 against fastavro's 42-45 µs
+a 450-byte record, ``bench/bench_codec_decode.py``; ``Codec(step_record_reader=False)``
+reads with fastavro). A recorded job's steps are read a container block at a time: 61,440
+records of nine phases (512 ranks x 120 steps) in 0.90-0.97 s of user CPU and 54,000 page
+faults, against fastavro's container reader's 1.05-1.11 s and 82,500 (2-core VM,
+decompression included in both).
 
 It gives the dict fastavro gives (same keys in the same order, same values;
 ``tests/schemas/test_step_body_reader.py`` checks it against fastavro), with one difference

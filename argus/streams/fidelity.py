@@ -19,8 +19,9 @@ injected slowdowns (Spearman per kernel kind, detection F1 against the truth).
 from __future__ import annotations
 
 import hashlib
+import time
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,7 +30,7 @@ import numpy.typing as npt
 from scipy.stats import rankdata
 
 from argus.schemas.arrays import kernel_ids
-from argus.streams import synth
+from argus.streams import metrics, synth
 from argus.summaries.kde import DEFAULT, PAPER, KdeConfig, Summary, summarize_many
 from argus.summaries.lognormal import default_probs, pairwise_w1, quantile_matrix
 from argus.summaries.quantile_wire import through_wire
@@ -44,6 +45,7 @@ __all__ = [
     "evaluate_synthetic",
     "f1_score",
     "iqr_flags",
+    "judge_samples",
     "raw_pairwise_w1",
     "spearman",
 ]
@@ -457,3 +459,19 @@ def _counts(pred: Sequence[int], truth: Sequence[int]) -> tuple[int, int, int]:
 def _micro_f1(tp_fp_fn: np.ndarray) -> float:
     tp, fp, fn = (float(v) for v in tp_fp_fn)
     return 1.0 if tp + fp + fn == 0 else 2 * tp / (2 * tp + fp + fn)
+
+
+def judge_samples(
+    samples: Iterable[tuple[str, Sequence[Mapping[str, Any]], Sequence[Mapping[str, Any]]]],
+) -> None:
+    """The live fidelity check of the compressor's sampled windows
+    (:meth:`argus.streams.roles.compressor.Compressor.due_samples`: ``(job, raw batches,
+    their summary records)``): :func:`check_batches` of each, its time and figures as the
+    job's metrics."""
+    for job, batches, recs in samples:
+        t0 = time.perf_counter()
+        rep = check_batches(batches, summaries=recs)
+        metrics.DETECT_S.labels("fidelity").observe(time.perf_counter() - t0)
+        if rep.n_groups:
+            metrics.FIDELITY.labels(job).set(rep.spearman_median)
+            metrics.FIDELITY_F1.labels(job).set(rep.flag_agreement)

@@ -323,3 +323,37 @@ def test_read_avro_phase_rows(tmp_path: Any) -> None:
     name, it = read_avro(path, phase_rows=True)
     got = [{**r, "phases": list(r["phases"])} for r in it]
     assert name == "step_record" and got == [as_rows(r) for r in recs]
+
+
+def test_the_codec_reads_step_records_as_with_fastavro() -> None:
+    """``Codec.decode`` (the live path, this reader) and ``Codec(step_record_reader=False)``
+    (fastavro): the same record, or the same ``DecodeError`` reason, for whole, cut and
+    corrupt bodies; trailing bytes refused by both."""
+    from argus.errors import DecodeError
+    from argus.schemas import Codec
+    from argus.schemas.codec import SINGLE_OBJECT_MAGIC
+
+    fast, slow = Codec(), Codec(step_record_reader=False)
+    head = SINGLE_OBJECT_MAGIC + SCHEMA.fingerprint
+
+    def outcome(codec: Codec, data: bytes) -> Any:
+        try:
+            return codec.decode_as("step_record", data)
+        except DecodeError as e:
+            return e.reason
+
+    rnd = random.Random(13)
+    reasons = set()
+    for i in range(1500):
+        body = bytearray(body_of(random_record(rnd, rnd.choice([0, 1, 9]))))
+        if i % 3 == 1:
+            body[rnd.randrange(len(body))] = rnd.randrange(256)
+        elif i % 3 == 2:
+            body = body[: rnd.randrange(len(body) + 1)] if i % 2 else body + b"\x00"
+        want = outcome(slow, head + bytes(body))
+        got = outcome(fast, head + bytes(body))
+        assert got == want
+        if isinstance(want, dict):
+            assert same_order(got, want)
+        reasons.add(want if isinstance(want, str) else "ok")
+    assert {"ok", "truncated", "bad-body"} <= reasons

@@ -53,6 +53,7 @@ from argus.streams.app import (
     send_rekeyed,
     window_agent,
 )
+from argus.streams.fidelity import judge_samples
 from argus.streams.roles.compressor import Compressor, Made, Taken
 from argus.streams.roles.context import partition_of
 from argus.streams.roles.l3 import ROUTED_HEADER, L3Windows, RecentRecords, route_summary
@@ -194,7 +195,7 @@ def register_compressor(ctx: Ctx) -> None:
                 ready, n_events = [last], last.events
         if ready:
             await summarize(ready)
-        role.fidelity(time.time())
+        judge_samples(role.due_samples(time.time()))
 
     async def summarize(ready: list[Taken]) -> None:
         """Compress ``ready``'s windows in one call, then send their summaries in order,
@@ -220,7 +221,7 @@ def register_compressor(ctx: Ctx) -> None:
 
     @ctx.app.timer(interval=2.0, name="compressor-fidelity")
     async def _fidelity_timer() -> None:
-        role.fidelity(time.time())
+        judge_samples(role.due_samples(time.time()))
         # windows whose remaining parts never came (the rank sent nothing more)
         expired = role.parts.expire(_PART_MAX_AGE_S)
         if expired:

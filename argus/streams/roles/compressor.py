@@ -22,8 +22,8 @@ or a plain client loop such as ``bench/_confluent_compressor.py``) hands each ra
   summaries itself (its router then sends this one to the DLQ with the reason), else the
   error.
 * *Fidelity*: one window in ``fidelity_every`` keeps its raw batch and summary record;
-  :meth:`Compressor.fidelity` compares a window's sampled ranks once 8 arrived, or after
-  10 s (:func:`argus.streams.fidelity.check_batches`) and sets the metrics.
+  :meth:`Compressor.due_samples` hands a window's sampled ranks over once 8 arrived, or
+  after 10 s, for the driver to judge (:func:`argus.streams.fidelity.judge_samples`).
 """
 
 from __future__ import annotations
@@ -38,8 +38,6 @@ from typing import Any, Protocol
 from argus.routing import Routing
 from argus.schemas import Codec
 from argus.schemas.kernel_parts import Incomplete, PartAssembler
-from argus.streams import metrics
-from argus.streams.fidelity import check_batches
 from argus.streams.roles.l3 import route_window
 from argus.streams.roles.state import KernelItem
 from argus.streams.validate import Checker
@@ -191,9 +189,14 @@ class Compressor:
             s["recs"].append(rec)
         return Made(taken, who.encode(), data, items)
 
-    def fidelity(self, now: float, force: bool = False) -> None:
-        """Judge the sampled windows with enough ranks (or waiting long enough, or all
-        when ``force``): the fidelity metrics of their job."""
+    def due_samples(
+        self, now: float, force: bool = False
+    ) -> list[tuple[str, list[Mapping[str, Any]], list[dict[str, Any]]]]:
+        """The sampled windows due for the fidelity check (8 ranks in, 10 s waited, or all
+        when ``force``): ``(job, raw batches, their summary records)``, each window once;
+        one with under 4 ranks is dropped (:func:`argus.streams.fidelity.judge_samples`
+        judges the rest)."""
+        due = []
         for key in list(self._sample):
             s = self._sample[key]
             if len(s["batches"]) < _FIDELITY_MIN_RANKS and not (
@@ -204,11 +207,6 @@ class Compressor:
             self._checked[key] = None  # one check per sampled window, not one per 8 ranks
             while len(self._checked) > 4096:
                 self._checked.popitem(last=False)
-            if len(s["batches"]) < 4:
-                continue
-            t0 = time.perf_counter()
-            rep = check_batches(s["batches"], summaries=s["recs"])
-            metrics.DETECT_S.labels("fidelity").observe(time.perf_counter() - t0)
-            if rep.n_groups:
-                metrics.FIDELITY.labels(key[0]).set(rep.spearman_median)
-                metrics.FIDELITY_F1.labels(key[0]).set(rep.flag_agreement)
+            if len(s["batches"]) >= 4:
+                due.append((key[0], s["batches"], s["recs"]))
+        return due
