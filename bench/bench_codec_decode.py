@@ -10,12 +10,10 @@ from __future__ import annotations
 import argparse
 import time
 
-import numpy as np
+from bench_kafka_clients import _values
 
 from argus.schemas import Codec
-from argus.sim.layout import Layout
 from argus.sim.simulate import simulate
-from argus.streams import synth
 
 
 def _us(codec: Codec, name: str, data: list[bytes]) -> float:
@@ -35,18 +33,9 @@ def main() -> None:
         for t, _k, r in simulate("compute-straggler", ranks=64, steps=32, kernels=False)
         if t == "raw.steps"
     ]
-    lay, rng, mix = Layout.for_ranks(64), np.random.default_rng(0), synth.default_mix(0)
-    kernels = [
-        enc.encode(
-            "kernel_batch",
-            synth.kernel_batch(
-                rng, mix, job="j", rank=r, window_id=0, n_events=3000, coords=lay.coords(r)
-            ),
-        )
-        for r in range(64)
-    ]
+    kernels = _values(256)  # 16 ranks' 3,000-event batches, repeated
     readers, fastavro = Codec(), Codec(kernel_batch_reader=False, step_record_reader=False)
-    for name, data in (("step_record", steps), ("kernel_batch", kernels * 4)):
+    for name, data in (("step_record", steps), ("kernel_batch", kernels)):
         got: dict[str, list[float]] = {"readers": [], "fastavro": []}
         for _ in range(a.rounds):
             got["readers"].append(_us(readers, name, data))
