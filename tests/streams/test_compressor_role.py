@@ -132,5 +132,12 @@ def test_a_summary_without_scope(required: bool) -> None:
     (made,) = role.summarize([t])
     if required:  # L3 reads only what compressors routed: the raw record to the DLQ
         assert isinstance(made.error, DetectorInputError) and not made.value
+        # the names it would have announced come with the rank's next window
+        role.routing = Routing()
+        nxt = dict(_batches(1, window=4)[0])
+        t2, _ = role.take(CODEC.encode("kernel_batch", nxt), token=1, part=0)
+        assert t2 is not None
+        (made2,) = role.summarize([t2])
+        assert CODEC.decode_as("kernel_summary", made2.value)["kernel_names"]
     else:  # L3's router reads the unmarked summary and sends it to the DLQ itself
         assert made.error is None and made.value and made.items == []

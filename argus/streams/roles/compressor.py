@@ -126,8 +126,8 @@ class Compressor:
     ) -> tuple[Taken | None, list[Incomplete]]:
         """Decode, check and merge one raw record (``part``: its partition, where L3's
         per-partition watermark sees this compressor's catch-up skew; ``broker_s``: its
-        broker timestamp, s): the window when this record completed it (else None), and the windows given up
-        (their parts: DLQ, then release).
+        broker timestamp, s): the window when this record completed it (else None), and
+        the windows given up (their parts: DLQ, then release).
 
         Raises
         ------
@@ -176,13 +176,13 @@ class Compressor:
         sampled = w % self.fidelity_every == 0 and (job, w) not in self._checked
         rec = done.record(i, announced=known) if sampled else None
         data, named = done.encoded(i, self.codec, announced=known)  # = encode(record(i))
-        known.update(named)
         try:
             items = route_window(batch, data, done.names_of(i, named), self.routing, taken.part)
         except Exception:
             if self.route_required:
-                raise
+                raise  # not sent: its names stay to announce with the rank's next window
             items = []
+        known.update(named)
         if rec is not None:
             s = self._sample.setdefault((job, w), {"t0": time.time(), "batches": [], "recs": []})
             s["batches"].append(batch)
