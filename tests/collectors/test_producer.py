@@ -180,9 +180,20 @@ def _spin(seconds: float) -> None:
 def _gil_waits(p: RecordProducer, submit: Callable[[], None], queued: int) -> list[float]:
     """With a 0.5 s switch interval, ``submit()`` records to ``p`` and, until ``queued``
     records reach librdkafka, the main thread's gaps between two GIL acquisitions (s) while
-    it releases the GIL in a loop, as a torch op does; closes ``p``."""
+    it releases the GIL in a loop, as a torch op does; closes ``p``.
+
+    Records handed over are counted at ``_produce``: librdkafka's ``len()`` also counts its
+    events, and the closed port's connection error could end the wait after the first."""
     import sys
 
+    handed: list[int] = [0]
+    produce = p._produce
+
+    def counted(topic: str, key: bytes, data: bytes) -> None:
+        produce(topic, key, data)
+        handed[0] += 1
+
+    p._produce = counted  # type: ignore[method-assign]
     old = sys.getswitchinterval()
     sys.setswitchinterval(0.5)
     gaps = []
@@ -190,7 +201,7 @@ def _gil_waits(p: RecordProducer, submit: Callable[[], None], queued: int) -> li
         submit()
         deadline = time.monotonic() + 30
         t = time.perf_counter()
-        while (p._queue or len(p._producer) < queued) and time.monotonic() < deadline:
+        while handed[0] < queued and time.monotonic() < deadline:
             time.sleep(0)  # releases the GIL, as a torch op does; back when it is given
             now = time.perf_counter()
             gaps.append(now - t)
