@@ -104,19 +104,50 @@ def worker(
         run_pagerduty_sink(settings, stop_event=stop, metrics_registry=metrics.REGISTRY)
         return
     from argus.streams import metrics
-    from argus.streams.app import Worker, build_app  # Worker: freezes the heap once started
+    from argus.streams.groups import app_id
     from argus.streams.pipeline_config import PipelineConfig
 
     pcfg = PipelineConfig.from_mapping(settings.section("streams"))
     if metrics_port is not None:
         pcfg = replace(pcfg, metrics_port=metrics_port)
+    every = set(_ALL) if "all" in chosen else chosen
+    loop = "compressor" in every and pcfg.compressor_runtime == "kafka"
+    faust_roles = every - {"compressor"} if loop else every
+    addr = metrics_addr if metrics_addr is not None else pcfg.metrics_port
+    if loop and not faust_roles:  # the compressor alone: no faust app at all
+        import logging
+
+        from argus.streams.compressor_loop import run_alone
+
+        logging.basicConfig(level=loglevel.upper().replace("CRIT", "CRITICAL"))
+        metrics.serve(addr)
+        run_alone(settings, pcfg, instance_id)
+        return
+    from argus.streams.app import Worker, build_app  # Worker: freezes the heap once started
+
     app, app_ctx = build_app(
-        settings, _ALL if "all" in chosen else chosen, pcfg=pcfg, instance_id=instance_id
+        settings,
+        faust_roles,
+        pcfg=pcfg,
+        app_id=app_id(settings.topic_prefix, every),  # the whole role set's, as before
+        instance_id=instance_id,
     )
     from argus.streams.worker_topics import ensure_worker_topics
 
     ensure_worker_topics(settings, app_ctx)  # before faust's first metadata (ensure_topics)
-    metrics.serve(metrics_addr if metrics_addr is not None else pcfg.metrics_port)
+    metrics.serve(addr)
     # faust's data dir (build_app: <state_dir>/workers/<app id>); faust makes only its last level
     (settings.state_dir / "workers").mkdir(parents=True, exist_ok=True)
-    Worker(app, loglevel=loglevel, quiet=True).execute_from_commandline()
+    if not loop:
+        Worker(app, loglevel=loglevel, quiet=True).execute_from_commandline()
+        return
+    from argus.streams.compressor_loop import start_beside
+
+    thread, stop, errors = start_beside(settings, pcfg, instance_id, app.conf.id)
+    try:
+        Worker(app, loglevel=loglevel, quiet=True).execute_from_commandline()
+    finally:
+        stop.set()
+        thread.join(60.0)
+        if errors:
+            raise SystemExit(1)

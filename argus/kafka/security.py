@@ -185,6 +185,19 @@ class KafkaSecurity:
             return {"broker_credentials": faust.SSLCredentials(ctx)}
         return {}
 
+    def aiokafka_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for an aiokafka client (``AIOKafkaClient``): the protocol, the
+        TLS context, the SASL mechanism and login."""
+        out: dict[str, Any] = {"security_protocol": self.protocol}
+        ctx = self.ssl_context()
+        if ctx is not None:
+            out["ssl_context"] = ctx
+        if self.sasl:
+            out["sasl_mechanism"] = self.sasl_mechanism
+            out["sasl_plain_username"] = self.username
+            out["sasl_plain_password"] = reveal(self.password) or ""
+        return out
+
     def describe(self) -> dict[str, Any]:
         """The settings with secrets redacted (for ``argus config show`` and logs)."""
         return {

@@ -33,9 +33,12 @@ from faust.types import TP
 
 from argus.config import Settings
 from argus.schemas import Codec
-from argus.streams import fast_delivery, metrics, recovery_seek
+from argus.streams import fast_delivery, groups, metrics, recovery_seek
+from argus.streams.dlq import dlq_record
 from argus.streams.durable import CoalescingTable, DurableCommits, install
+from argus.streams.groups import ROLES
 from argus.streams.pipeline_config import PipelineConfig
+from argus.streams.rekey import item_bytes, read_message, rekey_messages
 from argus.streams.roles.context import partition_of
 from argus.topics import topic_name
 
@@ -46,7 +49,6 @@ __all__ = [
     "Worker",
     "build_app",
     "partition_of",
-    "rekey_messages",
     "route_batches",
     "run_polls",
     "window_agent",
@@ -54,7 +56,6 @@ __all__ = [
 
 log = logging.getLogger("argus.streams")
 
-ROLES = ("compressor", "l1", "l2", "l3", "funnel", "stacks")
 TICK_KEY = b"\x00tick"
 
 
@@ -164,30 +165,24 @@ class Ctx:
         """Send the event's original bytes (or ``value``: the one item of an internal
         message that failed, :func:`window_agent`) and the reason to ``argus.dlq``."""
         msg = event.message
-        code = getattr(exc, "reason", None)  # DecodeError, BatchError, validate.InputError
-        why = reason or (code if isinstance(code, str) else type(exc).__name__)
-        text = str(exc)
-        reason = (text if text.startswith(f"{why}:") else f"{why}: {text}")[:3800]
         if value is None:
             value = msg.value if isinstance(msg.value, bytes) else b""
-        cap = self.pcfg.dlq_max_value_bytes
-        if len(value) > cap:  # the producer's request limit; the source offset has it all
-            reason += f" [value cut to its first {cap} of {len(value)} bytes]"
-            value = value[:cap]
-        rec: dict[str, Any] = {
-            "source_topic": msg.topic,
-            "partition": int(msg.partition),
-            "offset": int(msg.offset),
-            "key": msg.key if isinstance(msg.key, bytes) else None,
-            "value": value,
-            "error_type": type(exc).__name__,
-            "reason": reason,
-            "worker": self.worker,
-            "failed_ns": time.time_ns(),
-        }
+        why, rec = dlq_record(
+            topic=msg.topic,
+            partition=msg.partition,
+            offset=msg.offset,
+            key=msg.key,
+            value=value,
+            exc=exc,
+            worker=self.worker,
+            max_value_bytes=self.pcfg.dlq_max_value_bytes,
+            reason=reason,
+        )
         await self.send(self.external("dlq"), rec["key"], self.codec.encode("dlq_record", rec))
         metrics.DLQ.labels(role, why).inc()
-        log.warning("%s[%s]@%s -> dlq: %s", msg.topic, msg.partition, msg.offset, reason[:300])
+        log.warning(
+            "%s[%s]@%s -> dlq: %s", msg.topic, msg.partition, msg.offset, rec["reason"][:300]
+        )
 
 
 class LateRecord(Exception):
@@ -389,17 +384,16 @@ def add_lag_gauge(ctx: Ctx, role: str, topics: Iterable[str], interval_s: float 
             except Exception:  # partition moving during a rebalance
                 continue
             if hw is not None and pos is not None:
-                lag = metrics.lag_records(hw, pos, metrics.last_offset(tp.topic, tp.partition))
-                labels = (role, metrics.topic_label(tp.topic, prefix), str(tp.partition))
-                metrics.LAG.labels(*labels).set(lag)
-                now, key = time.time(), (tp.topic, tp.partition)
-                if lag == 0:
-                    caught_up[key] = now
-                    secs = 0.0
-                else:
-                    last = metrics.last_consumed(tp.topic, tp.partition)
-                    secs = metrics.lag_seconds(now, last, caught_up.get(key))
-                metrics.LAG_SECONDS.labels(*labels).set(secs)
+                metrics.note_lag(
+                    role,
+                    tp.topic,
+                    tp.partition,
+                    prefix,
+                    high=hw,
+                    position=pos,
+                    caught_up=caught_up,
+                    now_s=time.time(),
+                )
 
 
 def note_consumed(event: Any) -> None:
@@ -456,9 +450,7 @@ def build_app(
         raise ValueError(f"unknown role(s) {bad}; choose from {', '.join(ROLES)}")
     pcfg = pcfg or PipelineConfig.from_mapping(settings.section("streams"))
     detectors = DetectorsConfig.from_settings(settings.section("detectors"))
-    app_id = (
-        app_id or f"{settings.topic_prefix}-{'-'.join(roles) if len(roles) < len(ROLES) else 'all'}"
-    )
+    app_id = app_id or groups.app_id(settings.topic_prefix, roles)
     brokers = ";".join(f"kafka://{h.strip()}" for h in settings.bootstrap_servers.split(","))
     member = static_membership.resolve(instance_id, app_id, settings.state_dir)
     log.info("consumer group %s: group.instance.id %s", app_id, member or "(dynamic)")
@@ -585,87 +577,6 @@ ROUTE_POLL_MAX = 512
 """Events a router takes into one poll at most (those already queued for it)."""
 _ROUTE_YIELDS = 4
 """Turns of the event loop (no time) a poll gives the consumer to hand over more events."""
-REKEY_MESSAGE_BYTES = 256 * 1024
-"""A re-key message carries items of several events up to about this many bytes of JSON
-(under the producer's 1 MB request limit); one event's items for a key always travel
-together, however large."""
-
-
-BLOB = "blob"
-"""An item's field of raw bytes: it travels after the message's JSON, not inside it (no
-base64, no JSON escaping; :func:`item_bytes`), and comes back as ``bytes``
-(:func:`read_message`)."""
-
-
-def item_bytes(item: Any) -> tuple[bytes, bytes | None]:
-    """``(JSON, blob)`` of one routed item: its :data:`BLOB` field (``bytes``) out of the
-    JSON, which names its size instead (``blob_size``); None when it has none."""
-    blob = item.get(BLOB) if isinstance(item, dict) else None
-    if isinstance(blob, bytes | bytearray | memoryview):
-        rest = {k: v for k, v in item.items() if k != BLOB}
-        rest["blob_size"] = len(blob)
-        return json.dumps(rest, separators=(",", ":")).encode(), bytes(blob)
-    return json.dumps(item, separators=(",", ":")).encode(), None
-
-
-def rekey_messages(
-    items: list[tuple[Any, tuple[bytes, bytes | None]]], sent: float
-) -> list[tuple[list[Any], bytes]]:
-    """The messages of one key's items in a poll: ``[(owners, value)]``.
-
-    ``items`` are ``(owner, (item JSON, blob))`` in order (owner: the event the item came
-    from; :func:`item_bytes`); a value is the JSON ``{"items": [...], "t": sent}`` holding
-    items in order, then, when some item has a blob, a NUL byte and the blobs in item order
-    (JSON text never holds a raw NUL), cut between owners once it reaches
-    :data:`REKEY_MESSAGE_BYTES`. ``owners`` lists each message's owners once, in order."""
-    t = b'],"t":' + json.dumps(sent).encode() + b"}"
-    out: list[tuple[list[Any], bytes]] = []
-    owners: list[Any] = []
-    parts: list[bytes] = []
-    blobs: list[bytes] = []  # of the items that have one (empty ones too)
-    size = 0
-
-    def value() -> bytes:
-        head = b'{"items":[' + b",".join(parts) + t
-        return head + b"\0" + b"".join(blobs) if blobs else head
-
-    for owner, (data, blob) in items:
-        if not owners or owners[-1] is not owner:
-            if size >= REKEY_MESSAGE_BYTES:
-                out.append((owners, value()))
-                owners, parts, blobs, size = [], [], [], 0
-            owners.append(owner)
-        parts.append(data)
-        if blob is not None:
-            blobs.append(blob)
-        size += len(data) + 1 + len(blob or b"")
-    if parts:
-        out.append((owners, value()))
-    return out
-
-
-def read_message(value: bytes) -> dict[str, Any]:
-    """A re-key message (:func:`rekey_messages`) or a tick: its JSON, each item's blob back
-    in its :data:`BLOB` field.
-
-    Raises
-    ------
-    ValueError
-        Not JSON, or blobs that do not add up to the bytes after the NUL.
-    """
-    head, nul, tail = value.partition(b"\0")
-    msg: dict[str, Any] = json.loads(head)
-    if not nul:
-        return msg
-    pos = 0
-    for item in msg.get("items") or ():
-        n = item.pop("blob_size", None) if isinstance(item, dict) else None
-        if n is not None:
-            item[BLOB] = tail[pos : pos + int(n)]
-            pos += int(n)
-    if pos != len(tail):
-        raise ValueError(f"re-key message: blobs of {pos} bytes, {len(tail)} after the JSON")
-    return msg
 
 
 async def send_rekeyed(

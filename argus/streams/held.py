@@ -20,9 +20,10 @@ offsets at or above a partition's lowest held offset are left out of the run it 
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import faust
+if TYPE_CHECKING:
+    import faust
 
 __all__ = ["HeldOffsets", "install"]
 

@@ -200,6 +200,33 @@ def lag_records(high: int, position: int, taken: int | None) -> int:
     return max(0, high - nxt)
 
 
+def note_lag(
+    role: str,
+    topic: str,
+    partition: int,
+    prefix: str,
+    *,
+    high: int,
+    position: int,
+    caught_up: dict[tuple[str, int], float],
+    now_s: float,
+) -> None:
+    """Set :data:`LAG` (:func:`lag_records`) and :data:`LAG_SECONDS` (:func:`lag_seconds`)
+    of one input partition of ``role``: ``high`` its high watermark, ``position`` the
+    consumer's; ``caught_up`` holds the last time (s, epoch) each partition was seen with
+    nothing waiting, and is updated here."""
+    lag = lag_records(high, position, last_offset(topic, partition))
+    labels = (role, topic_label(topic, prefix), str(partition))
+    LAG.labels(*labels).set(lag)
+    key = (topic, partition)
+    if lag == 0:
+        caught_up[key] = now_s
+        secs = 0.0
+    else:
+        secs = lag_seconds(now_s, last_consumed(topic, partition), caught_up.get(key))
+    LAG_SECONDS.labels(*labels).set(secs)
+
+
 def last_consumed(topic: str, partition: int) -> float | None:
     """The newest timestamp :func:`consumed` noted for a partition (s), None if none."""
     return _LAST_TS.get((topic, partition))

@@ -9,7 +9,10 @@ from typing import Any
 from argus.config import NON_NEGATIVE, POSITIVE, ConfigError, Range, build_config, check_ranges
 from argus.streams.limits import Limits
 
-__all__ = ["PipelineConfig"]
+__all__ = ["COMPRESSOR_RUNTIMES", "PipelineConfig"]
+
+COMPRESSOR_RUNTIMES = ("kafka", "faust")
+"""``streams.compressor_runtime``: the compressor's own confluent-kafka loop, or faust."""
 
 #: fields whose range is not ``> 0``; 0 turns max_skew_s, max_step_jump, producer_linger_s,
 #: silent_steps off
@@ -141,6 +144,12 @@ class PipelineConfig(Limits):
     fetch_bytes : int
         Largest fetch per partition (bytes). 8 MiB: a kernel batch is ~100 KB, the 1 MiB
         default fetched ~10 of them per round trip.
+    compressor_runtime : str
+        What runs the compressor role. ``kafka`` (default): its own loop on confluent-kafka
+        clients (:mod:`argus.streams.compressor_loop`), consumer group
+        ``<prefix>-compressor`` whatever roles share the process: 35 % less CPU a raw
+        record than the faust agent (BENCHMARKS.md). ``faust``: the faust agent in the
+        worker's app (consumer group ``<prefix>-<roles>``), as before session 18.
 
     Input limits: the ``max_*`` fields, inherited from :class:`argus.streams.limits.Limits`
     (their one definition, documented there; :mod:`argus.streams.validate` sends a record
@@ -175,10 +184,16 @@ class PipelineConfig(Limits):
     producer_batch_bytes: int = 1 << 19
     fetch_bytes: int = 8 << 20
     dlq_max_value_bytes: int = 900_000
+    compressor_runtime: str = "kafka"
 
     def __post_init__(self) -> None:
-        ranged = (f.name for f in fields(self) if f.type != "bool")
+        ranged = (f.name for f in fields(self) if f.type not in ("bool", "str"))
         check_ranges(self, "streams", {n: _RANGES.get(n, POSITIVE) for n in ranged})
+        if self.compressor_runtime not in COMPRESSOR_RUNTIMES:
+            raise ConfigError(
+                f"streams.compressor_runtime = {self.compressor_runtime!r}: choose "
+                + " or ".join(COMPRESSOR_RUNTIMES)
+            )
         if self.funnel_idle_s <= self.idle_close_s:
             raise ConfigError(
                 f"streams.funnel_idle_s ({self.funnel_idle_s}) must exceed streams.idle_close_s"

@@ -32,16 +32,18 @@ import os
 import re
 import socket
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
-import faust
 from aiokafka.errors import KafkaError
 from aiokafka.protocol.api import Request, RequestStruct, Response
 from aiokafka.protocol.types import Array, Int16, Int32, Schema, String
 
 from argus.config import ConfigError
 
-__all__ = ["AUTO", "OFF", "install", "resolve"]
+if TYPE_CHECKING:
+    import faust
+
+__all__ = ["AUTO", "OFF", "install", "leave", "resolve"]
 
 log = logging.getLogger(__name__)
 
@@ -173,6 +175,40 @@ async def leave_static(coordinator: Any) -> None:
             else:
                 log.info("group %s: static member %s left", coordinator.group_id, instance_id)
     coordinator.reset_generation()
+
+
+def leave(settings: Any, group: str, member_id: str, instance_id: str) -> None:
+    """Remove static member ``instance_id`` (``member_id``) from consumer group ``group``:
+    LeaveGroup v3 to the group's coordinator, on a client of its own. For librdkafka's
+    consumer (the compressor's loop, :mod:`argus.streams.compressor_loop`), which sends no
+    LeaveGroup as a static member either; call it after the consumer closed (its last commit
+    made). A failure is logged: the member then leaves when its session times out."""
+    import asyncio
+
+    from aiokafka.client import AIOKafkaClient, CoordinationType
+
+    async def run() -> None:
+        client = AIOKafkaClient(
+            bootstrap_servers=settings.bootstrap_servers,
+            client_id=f"{group}-leave",
+            **settings.security.aiokafka_kwargs(),
+        )
+        try:
+            await client.bootstrap()
+            node = await client.coordinator_lookup(CoordinationType.GROUP, group)
+            resp = await client.send(node, StaticLeaveGroupRequest(group, member_id, instance_id))
+        finally:
+            await client.close()
+        codes = [resp.error_code, *(m[2] for m in resp.members)]
+        if any(codes):
+            log.warning("group %s: LeaveGroup of %s: error codes %s", group, instance_id, codes)
+        else:
+            log.info("group %s: static member %s left", group, instance_id)
+
+    try:
+        asyncio.run(asyncio.wait_for(run(), 15.0))
+    except Exception as err:  # broker gone, < 2.4, refused: the session timeout removes it
+        log.warning("group %s: LeaveGroup of %s failed: %s", group, instance_id, err)
 
 
 def install(app: faust.App) -> None:

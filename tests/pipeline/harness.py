@@ -15,6 +15,7 @@ from confluent_kafka.admin import AdminClient
 
 from argus.config import Settings, load_settings
 from argus.kafka.local import LocalBroker
+from argus.streams.groups import loop_group, worker_groups
 from argus.streams.local_run import WorkerProcess
 
 FAST = {  # short windows so the tests run in seconds
@@ -46,6 +47,11 @@ def worker(prefix: str, tmp: Path, roles: tuple[str, ...] = ("all",), **env: str
     )
 
 
+def groups_of(prefix: str, roles: tuple[str, ...]) -> list[str]:
+    """Every consumer group a worker running ``roles`` reads in."""
+    return worker_groups(prefix, roles)
+
+
 def workers(prefix: str, tmp: Path, **env: str) -> list[WorkerProcess]:
     return [worker(prefix, tmp, roles, **env).start() for roles in SPLIT]
 
@@ -53,6 +59,12 @@ def workers(prefix: str, tmp: Path, **env: str) -> list[WorkerProcess]:
 def group_id(prefix: str, roles: tuple[str, ...]) -> str:
     """The consumer group (faust app id) of a worker running ``roles`` on ``prefix``."""
     return f"{prefix}-{'-'.join(sorted(roles))}"
+
+
+def reader_group(prefix: str, roles: tuple[str, ...], raw: str) -> str:
+    """The consumer group in which a worker running ``roles`` reads the raw topic ``raw``
+    (``raw.kernels``: the compressor's own loop, ``<prefix>-compressor``; else the app's)."""
+    return loop_group(prefix) if raw == "raw.kernels" else group_id(prefix, roles)
 
 
 def scrape(port: int) -> str:

@@ -58,7 +58,7 @@ from argus.sim.simulate import SimRun, publish, simulate
 from argus.streams.local_run import Watcher, WorkerProcess
 from argus.streams.pipeline_config import PipelineConfig
 
-from .harness import FAST, SPLIT, backlog, group_id, has_metric, metric, private_broker, worker
+from .harness import FAST, SPLIT, backlog, groups_of, has_metric, metric, private_broker, worker
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -359,15 +359,17 @@ def _drained(settings: Settings, prefix: str, left: dict[str, dict[str, int]]) -
     """Both workers' groups committed every record of every topic they read (internal
     topics: all but their last ticks), and each did read its raw topic."""
     for roles, raw in ((STEPS_ROLES, "raw.steps"), (KERNEL_ROLES, "raw.kernels")):
-        g = group_id(prefix, roles)
-        try:
-            left[g] = backlog(settings, g)
-        except Exception as exc:  # broker still coming back
-            left[g] = {f"error {exc}": -1}
+        read: dict[str, int] = {}  # topic -> records behind, over the worker's groups
+        for g in groups_of(prefix, roles):
+            try:
+                left[g] = backlog(settings, g)
+            except Exception as exc:  # broker still coming back
+                left[g] = {f"error {exc}": -1}
+                return False
+            read.update(left[g])
+        if f"{prefix}.{raw}" not in read:
             return False
-        if f"{prefix}.{raw}" not in left[g]:
-            return False
-        for topic, n in left[g].items():
+        for topic, n in read.items():
             if n > (TICK_SLACK if ".internal." in topic else 0):
                 return False
     return True
@@ -378,7 +380,7 @@ def _total_backlog(settings: Settings, prefix: str) -> int:
     n = 0
     for roles in SPLIT:
         try:
-            n += sum(backlog(settings, group_id(prefix, roles)).values())
+            n += sum(sum(backlog(settings, g).values()) for g in groups_of(prefix, roles))
         except Exception:  # a probe: the next sample counts
             continue
     return n

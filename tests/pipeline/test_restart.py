@@ -20,7 +20,7 @@ from argus.replay import TimeRange, replay
 from argus.sim.simulate import SimRun, publish, simulate
 from argus.streams.local_run import Watcher
 
-from .harness import SPLIT, backlog, metric, worker
+from .harness import SPLIT, backlog, metric, reader_group, worker
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -73,7 +73,7 @@ def test_sigkill_mid_run_loses_and_duplicates_nothing(
         # every input record was taken and committed: none stranded behind a dropped batch
         inputs = {
             f"{topic_prefix}-{'-'.join(sorted(steps_roles))}": f"{topic_prefix}.raw.steps",
-            f"{topic_prefix}-{'-'.join(sorted(kernel_roles))}": f"{topic_prefix}.raw.kernels",
+            reader_group(topic_prefix, kernel_roles, "raw.kernels"): f"{topic_prefix}.raw.kernels",
         }
         left: dict[str, int] = {}
 

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from argus.streams.app import (
+from argus.streams.rekey import (
     BLOB,
     REKEY_MESSAGE_BYTES,
     item_bytes,

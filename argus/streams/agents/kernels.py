@@ -21,7 +21,7 @@
   (:mod:`argus.streams.held`) until its block was judged, so a restarted worker reads them
   again (:class:`HeldCells`). The router hands what it decoded to the window agent in the
   same process (:class:`~argus.streams.roles.l3.RecentRecords`), and the summary crosses
-  ``l3-scopes`` as raw bytes after the message's JSON (``argus.streams.app.BLOB``).
+  ``l3-scopes`` as raw bytes after the message's JSON (``argus.streams.rekey.BLOB``).
 """
 
 from __future__ import annotations
@@ -46,7 +46,6 @@ from argus.streams.app import (
     add_lag_gauge,
     current_event,
     guarded,
-    item_bytes,
     note_consumed,
     route_batches,
     run_polls,
@@ -54,6 +53,7 @@ from argus.streams.app import (
     window_agent,
 )
 from argus.streams.fidelity import judge_samples
+from argus.streams.rekey import item_bytes
 from argus.streams.roles.compressor import Compressor, Made, Taken
 from argus.streams.roles.context import partition_of
 from argus.streams.roles.l3 import ROUTED_HEADER, L3Windows, RecentRecords, route_summary

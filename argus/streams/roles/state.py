@@ -170,7 +170,7 @@ class KernelItem(TypedDict):
     rank: int
     window: int
     expected: int  # ranks of the scope
-    blob: bytes  # the encoded kernel_summary (after the message's JSON: app.BLOB)
+    blob: bytes  # the encoded kernel_summary (after the message's JSON: rekey.BLOB)
     part: int  # its input partition: raw.kernels' when its compressor routed it, else summary.kernels'
     offset: int  # its offset on summary.kernels (-1: routed by its compressor, or not from Kafka)
     names: dict[str, str]  # kernel id -> name announced by this summary
