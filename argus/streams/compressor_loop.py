@@ -14,7 +14,7 @@ its agents, it does itself:
   first part. A record the broker did not take (:class:`DeliveryFailed`) stops the loop
   before it commits anything more: the restarted worker reads the records again. One the
   broker refuses for good (too large) sends its raw record to the DLQ instead.
-* **Rebalances** (``range``, eager: a revoke takes every partition). On revoke, flush and
+* **Rebalances** (``roundrobin``, eager: a revoke takes every partition). On revoke, flush and
   commit what is done, then drop the open split windows (their next owner re-reads them from
   the held offset); lost partitions are dropped without a commit. A partition without a
   committed offset in ``<prefix>-compressor`` starts where ``legacy_group`` (the faust app
@@ -26,9 +26,9 @@ its agents, it does itself:
 * DLQ records as the faust workers write them (:func:`argus.streams.dlq.dlq_record`), the
   same metrics (records in/out, DLQ, poll size, compression ratio, lag in records and s).
 
-A consumer group cannot mix faust members with this loop's (their assignment protocols
-differ): the broker refuses a loop's join while faust compressors of the same group are
-alive, and the loop joins once they stopped (docs/pipeline.md, "The compressor's runtime").
+A faust worker running the compressor alone reads in the same group with aiokafka's
+``roundrobin`` assignor, this loop's too: during a rolling upgrade old and new members share
+the partitions (docs/pipeline.md, "The compressor's runtime").
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from argus.config import Settings
+from argus.config import ConfigError, Settings
 from argus.errors import ArgusError
 from argus.malloc import keep_freed_blocks
 from argus.routing import Routing
@@ -247,7 +247,9 @@ class CompressorLoop:
             "client.id": self.group,
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
-            "partition.assignment.strategy": "range",
+            # a faust app without tables (a compressor-only worker) assigns with aiokafka's
+            # round-robin: the same protocol, so old and new share the group while upgrading
+            "partition.assignment.strategy": "roundrobin",
             "max.partition.fetch.bytes": PARTITION_FETCH_BYTES,
             "queued.max.messages.kbytes": 16 << 10,  # librdkafka's own prefetch, 16 MiB
             "error_cb": self._client_error,
@@ -672,18 +674,33 @@ def _committed(settings: Settings, group: str, tps: list[TopicPartition]) -> dic
 
 
 def ensure_loop_topics(settings: Settings, pcfg: PipelineConfig) -> None:
-    """Create the re-key topic the loop writes (``internal.l3-scopes``) when missing, as
-    a faust worker creates its own (:mod:`argus.streams.worker_topics`)."""
-    from argus.kafka.admin import ensure_topics
+    """Create the re-key topic the loop writes (``internal.l3-scopes``) when missing, as a
+    faust worker creates its own (:mod:`argus.streams.worker_topics`).
+
+    Raises
+    ------
+    ConfigError
+        It exists with fewer partitions than ``streams.internal_partitions``: a scope's
+        stable partition would not exist (and L3's cells would not be co-partitioned).
+    """
+    from argus.kafka.admin import ensure_topics, partition_count
     from argus.streams.worker_topics import rekey_config
 
+    name = LoopTopics.of(settings.topic_prefix).scopes
     ensure_topics(
         settings,
-        [LoopTopics.of(settings.topic_prefix).scopes],
+        [name],
         partitions=pcfg.internal_partitions,
         replication=pcfg.replication,
         config=rekey_config(pcfg),
     )
+    have = partition_count(settings, name)
+    if have is not None and have < pcfg.internal_partitions:
+        raise ConfigError(
+            f"{name} has {have} partition(s), streams.internal_partitions is "
+            f"{pcfg.internal_partitions}: give every worker the same setting (the topic was "
+            "created with the first one)"
+        )
 
 
 def run_alone(settings: Settings, pcfg: PipelineConfig, instance_id: str | None) -> None:

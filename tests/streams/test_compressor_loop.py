@@ -11,8 +11,10 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -85,14 +87,15 @@ def _window(rank: int, w: int = 0, n: int = 2_000) -> dict[str, Any]:
         window_id=w,
         window_start_ns=now - 10**9,
         window_end_ns=now,
-        coords={"dp_rank": rank, "dp_size": 4},
+        coords={"dp_rank": rank, "dp_size": 8},
     )
 
 
-def _publish(s: Settings, values: list[tuple[bytes, bytes]]) -> None:
+def _publish(s: Settings, values: list[tuple[bytes, bytes]], partitions: int = 1) -> None:
+    """Records to raw.kernels, the i-th on partition ``i % partitions``."""
     prod = Producer(s.kafka_config(**{"enable.idempotence": True}))
-    for key, value in values:
-        prod.produce(LoopTopics.of(s.topic_prefix).raw, value, key, partition=0)
+    for i, (key, value) in enumerate(values):
+        prod.produce(LoopTopics.of(s.topic_prefix).raw, value, key, partition=i % partitions)
     assert prod.flush(30) == 0
 
 
@@ -239,3 +242,72 @@ def test_a_summary_the_broker_refuses_sends_its_raw_record_to_the_dlq(
         assert watch.get("summary.kernels") == []
     finally:
         watch.close()
+
+
+@pytest.mark.kafka
+def test_faust_compressors_and_loops_share_one_group_while_upgrading(
+    kafka: Settings, tmp_path: Path
+) -> None:
+    """A faust worker running the compressor alone and the loop join ``<prefix>-compressor``
+    together (both assign with ``roundrobin``): each takes a partition, every window is
+    summarised once; once the faust worker stopped, the loop takes every partition."""
+    from argus.kafka.admin import create_topics, delete_prefixed
+    from tests.pipeline.harness import FAST, worker
+
+    prefix = f"u{uuid.uuid4().hex[:10]}.argus"
+    create_topics(kafka, prefix=prefix, partitions=2)
+    s = dataclasses.replace(kafka, topic_prefix=prefix)
+    group = loop_group(prefix)
+    old = worker(prefix, tmp_path, ("compressor",), ARGUS_STREAMS__COMPRESSOR_RUNTIME="faust")
+    watch = Watcher(s, ["dlq", "summary.kernels"], prefix=prefix)
+    try:
+        old.start()
+        deadline = time.monotonic() + 60
+        while _members(s, group) < 1 and time.monotonic() < deadline:
+            time.sleep(1.0)
+        pcfg = PipelineConfig(internal_partitions=int(FAST["ARGUS_STREAMS__INTERNAL_PARTITIONS"]))
+        with _running(CompressorLoop(s, pcfg, instance_id="off")):
+            deadline = time.monotonic() + 60
+            while _assigned(s, group) != [1, 1] and time.monotonic() < deadline:
+                time.sleep(1.0)
+            assert _assigned(s, group) == [1, 1], old.log_tail()  # a partition each
+            first = [_window(r) for r in range(8)]
+            _publish(
+                s,
+                [(f"loop/{w['rank']}".encode(), CODEC.encode("kernel_batch", w)) for w in first],
+                partitions=2,
+            )
+            assert watch.wait_for(lambda w: len(w.get("summary.kernels")) >= 8, timeout_s=60), (
+                sorted(r["rank"] for r in watch.get("summary.kernels")),
+                old.log_tail(),
+            )
+            old.stop()
+            deadline = time.monotonic() + 60
+            while _assigned(s, group) != [2] and time.monotonic() < deadline:
+                time.sleep(1.0)
+            assert _assigned(s, group) == [2]  # the loop alone, both partitions
+            later = [_window(r, w=1) for r in range(8)]
+            _publish(
+                s,
+                [(f"loop/{w['rank']}".encode(), CODEC.encode("kernel_batch", w)) for w in later],
+                partitions=2,
+            )
+            assert watch.wait_for(lambda w: len(w.get("summary.kernels")) >= 16, timeout_s=60)
+            time.sleep(2.0)
+        got = sorted((r["rank"], r["window_id"]) for r in watch.get("summary.kernels"))
+        assert got == sorted((r, w) for r in range(8) for w in (0, 1))  # each once
+        assert watch.get("dlq") == []
+    finally:
+        old.stop()
+        watch.close()
+        delete_prefixed(kafka, prefix)
+
+
+def _assigned(s: Settings, group: str) -> list[int]:
+    """Partitions of raw.kernels each member of ``group`` holds, sorted (members without any
+    left out; a faust member also holds its app's ``__assignor-__leader`` topic)."""
+    raw = LoopTopics.of(s.topic_prefix).raw
+    admin = AdminClient(s.kafka_config())
+    desc = admin.describe_consumer_groups([group])[group].result(timeout=15)
+    held = [sum(tp.topic == raw for tp in m.assignment.topic_partitions) for m in desc.members]
+    return sorted(n for n in held if n)

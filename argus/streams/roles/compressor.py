@@ -2,7 +2,7 @@
 a time.
 
 Pure (no faust, no Kafka): a driver (the faust agent of :mod:`argus.streams.agents.kernels`,
-or a plain client loop such as ``bench/_confluent_compressor.py``) hands each raw record to
+or its own confluent-kafka loop, :mod:`argus.streams.compressor_loop`) hands each raw record to
 :meth:`Compressor.take` with a token (its Kafka message), then a poll's complete windows to
 :meth:`Compressor.summarize`, and sends what comes back; it sends a record that raised, or a
 :class:`Made` with an ``error``, to the DLQ. What the role decides:
