@@ -204,6 +204,10 @@ def group_lags(settings: Any, prefix: str) -> list[dict[str, Any]]:
     state, members, and per topic the records behind the high watermark and the age (s) of
     the oldest unconsumed record (Kafka timestamp of the record at the committed offset).
 
+    A group whose live members hold partitions leaves out the topics none of them reads:
+    committed offsets the group left behind (the compressor moved to its own group,
+    ``<prefix>-compressor``, docs/pipeline.md), which Kafka keeps until they expire.
+
     Returns a list of ``{"group", "state", "members", "topics": {topic: {"lag": n,
     "lag_s": s or None, "committed": n, "end": n}}}``.
 
@@ -231,10 +235,13 @@ def group_lags(settings: Any, prefix: str) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     with scratch_consumer(settings, "drill") as cons:
         for gid in ids:
+            reading: set[str] = set()  # topics the members hold partitions of now
             try:
                 d = described[gid].result()
                 state = str(getattr(d.state, "name", d.state)).lower()
                 members = len(d.members)
+                for m in d.members:
+                    reading.update(tp.topic for tp in m.assignment.topic_partitions or ())
             except KafkaException:
                 state, members = "unknown", 0
             try:
@@ -248,6 +255,8 @@ def group_lags(settings: Any, prefix: str) -> list[dict[str, Any]]:
             for tp in parts:
                 if tp.offset < 0 or not tp.topic.startswith(f"{prefix}."):
                     continue
+                if reading and tp.topic not in reading:
+                    continue  # the live members no longer read it: offsets left to expire
                 lo, hi = cons.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), 10)
                 lag = max(0, hi - max(tp.offset, lo))
                 age = None
