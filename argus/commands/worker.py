@@ -68,7 +68,9 @@ def worker(
            pagerduty   argus.alerts -> PagerDuty Events API v2 (runs alone)
 
     Scale out by starting more workers with the same roles: they share the work by
-    partitions (consumer group = the app id).
+    partitions (consumer group = the app id, <prefix>-<roles>). The compressor runs on its
+    own Kafka client loop in group <prefix>-compressor, whatever roles share the process
+    (streams.compressor_runtime = "faust" puts it back in the faust app).
     """
     from dataclasses import replace
 
