@@ -53,7 +53,7 @@ def main() -> None:
             **LOAD_ENV,
             "ARGUS_STREAMS__COMPRESSOR_RUNTIME": "faust",
         },
-        log_path=stack.tmp / "faust-compressor.log",
+        log_path=stack.log_dir / "faust-compressor.log",
         metrics_port=free_port(),
     ).start()
     atexit.register(faust_w.stop)
