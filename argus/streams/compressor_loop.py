@@ -82,11 +82,12 @@ POLL_MAX = 256
 """Raw records one ``consume`` hands over at most (one summarize call's worth)."""
 POLL_TIMEOUT_S = 0.5
 """How long one ``consume`` waits for a first record (s): the stop flag's reaction time."""
-PARTITION_FETCH_BYTES = 256 * 1024
-"""Bytes one fetch takes of a partition at most (at least one record batch, KIP-74): a
-fetch response brings every partition's next few records, not one partition's backlog."""
 LOOKAHEAD_BYTES = 32 << 20
-"""Fetched records the loop holds to merge its partitions by broker time (:class:`Lookahead`)."""
+"""Fetched records the loop holds to merge its partitions by broker time (:class:`Lookahead`);
+one fetch response brings at most this much (``fetch.max.bytes``), so all of a response's
+partitions are merged. 256 KiB partition fetches instead of the merge (the first try)
+capped a loaded compressor at ~400 records/s, a quarter of a core busy: a fetch then brings
+one producer batch a partition, and the loop waited on round trips (2,048 ranks live)."""
 COMMIT_INTERVAL_S = 1.0
 """Flush and commit this often (s): the faust workers' ``broker_commit_interval``."""
 WARN_AFTER_S = 30.0
@@ -159,7 +160,8 @@ class Lookahead:
     96-448 records late). Merged by the time the broker logged them, the ranks of all
     partitions move on together, as their collectors wrote them; what no fetch brought yet
     cannot be waited for (L3's watermark, the lowest over input partitions, holds back for
-    a partition it has seen). Each partition's records stay in offset order."""
+    a partition it has seen). Each partition's records stay in offset order. Filled up to
+    its ``max_bytes`` (:meth:`full`), at least one fetch response's worth."""
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
@@ -250,8 +252,9 @@ class CompressorLoop:
             # a faust app without tables (a compressor-only worker) assigns with aiokafka's
             # round-robin: the same protocol, so old and new share the group while upgrading
             "partition.assignment.strategy": "roundrobin",
-            "max.partition.fetch.bytes": PARTITION_FETCH_BYTES,
-            "queued.max.messages.kbytes": 16 << 10,  # librdkafka's own prefetch, 16 MiB
+            "max.partition.fetch.bytes": pcfg.fetch_bytes,
+            "fetch.max.bytes": LOOKAHEAD_BYTES,
+            "queued.max.messages.kbytes": LOOKAHEAD_BYTES >> 10,  # librdkafka's own prefetch
             "error_cb": self._client_error,
         }
         if self.member:
