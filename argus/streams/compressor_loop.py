@@ -1,9 +1,10 @@
 """The compressor on its own confluent-kafka consumer and producer, no faust (issue 21).
 
-One thread: ``consume(256)`` -> the role (:class:`~argus.streams.roles.compressor.Compressor`,
-the rules the faust agent of :mod:`argus.streams.agents.kernels` drives too) -> produce,
-while librdkafka fetches, decompresses and sends in its own C threads: 35 % less CPU a raw
-record than the faust agent (BENCHMARKS.md, "The compressor without faust").
+One thread: ``consume`` into a :class:`Lookahead` (partitions merged by broker time) -> 256
+records at a time through the role (:class:`~argus.streams.roles.compressor.Compressor`, the
+rules the faust agent of :mod:`argus.streams.agents.kernels` drives too) -> produce, while
+librdkafka fetches, decompresses and sends in its own C threads: a third less CPU a raw
+record than the faust agent (BENCHMARKS.md, "The compressor's own loop").
 ``streams.compressor_runtime = "kafka"`` (the default) runs it; what the faust worker gives
 its agents, it does itself:
 
