@@ -1,6 +1,8 @@
 """Faust agents of the kernel roles: the compressor, and L3's router and window agent.
 
-* **compressor**: ``argus.raw.kernels`` -> ``argus.summary.kernels``, one summary per window
+* **compressor** (with ``streams.compressor_runtime = "faust"``; by default the role runs on
+  its own loop, :mod:`argus.streams.compressor_loop`, and this agent is not registered):
+  ``argus.raw.kernels`` -> ``argus.summary.kernels``, one summary per window
   (what :func:`argus.summaries.summary_record.summarize_batch` gives), same key
   (``job/rank``), and each summary's L3 item to its scope on ``l3-scopes`` (one message per
   scope and poll; the summary carries :data:`~argus.streams.roles.l3.ROUTED_HEADER`:
