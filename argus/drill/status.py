@@ -101,7 +101,10 @@ def job_rows(
 
 def role_rows(groups: Sequence[Mapping[str, Any]], prefix: str) -> list[RoleRow]:
     """Rows from :func:`argus.drill.read.group_lags`'s dicts; argus's one-off readers'
-    groups (``<prefix>-drill-*``, ``-replay-*``, ``-watch-*``) are left out."""
+    groups (``<prefix>-drill-*``, ``-replay-*``, ``-watch-*``) are left out. A mixed worker's
+    faust group (``<prefix>-compressor-l3``) is labelled with the roles it reads for: not the
+    compressor when it reads no ``raw.kernels`` (the compressor's loop reads them in
+    ``<prefix>-compressor``); a group with no offsets at all keeps its name's roles."""
     out = []
     for g in groups:
         gid = str(g["group"])
@@ -109,6 +112,11 @@ def role_rows(groups: Sequence[Mapping[str, Any]], prefix: str) -> list[RoleRow]
         if rest.startswith(_OURS):
             continue
         roles = ("pagerduty",) if gid == f"{prefix}.pagerduty" else tuple(rest.split("-"))
+        topics = g.get("topics") or {}
+        if len(roles) > 1 and "compressor" in roles and topics and not any(
+            t.endswith(".raw.kernels") for t in topics
+        ):  # a mixed faust app whose compressor reads in <prefix>-compressor (its loop)
+            roles = tuple(r for r in roles if r != "compressor")
         out.append(
             RoleRow(gid, roles, str(g["state"]), int(g["members"]), dict(g.get("topics", {})))
         )

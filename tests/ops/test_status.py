@@ -38,16 +38,22 @@ def test_rows_pure() -> None:
     groups = [
         {"group": "p-l1-l2", "state": "stable", "members": 1, "topics": {"p.raw.steps": {"lag": 5, "lag_s": 2.0, "committed": 1, "end": 6}}},
         {"group": "p-compressor", "state": "empty", "members": 0, "topics": {}},
+        # a mixed worker's faust group: its compressor reads in p-compressor (the loop) ...
+        {"group": "p-compressor-l3", "state": "stable", "members": 1, "topics": {"p.internal.l3-scopes": {"lag": 0, "lag_s": 0.0, "committed": 1, "end": 1}}},
+        # ... or in the group itself (the faust runtime)
+        {"group": "p-compressor-stacks", "state": "stable", "members": 1, "topics": {"p.raw.kernels": {"lag": 0, "lag_s": 0.0, "committed": 1, "end": 1}}},
         {"group": "p-drill-123", "state": "empty", "members": 0, "topics": {}},
         {"group": "p.pagerduty", "state": "stable", "members": 1, "topics": {}},
     ]  # fmt: skip
     rr = role_rows(groups, "p")
     assert [(w.group, w.roles, w.liveness) for w in rr] == [
         ("p-compressor", ("compressor",), "down"),
+        ("p-compressor-l3", ("l3",), "up"),
+        ("p-compressor-stacks", ("compressor", "stacks"), "up"),
         ("p-l1-l2", ("l1", "l2"), "up"),
         ("p.pagerduty", ("pagerduty",), "up"),
     ]
-    assert rr[1].lag == 5 and rr[1].lag_s == 2.0
+    assert rr[3].lag == 5 and rr[3].lag_s == 2.0
     text = render(rows, rr, now_ms=3000)
     assert f"{JOB}: {iso(T0_NS)}" in text and "last step 2; 4 ranks; newest record 2 s ago" in text
     assert "argus report --around 'b'" in text
