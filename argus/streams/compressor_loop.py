@@ -89,6 +89,13 @@ one fetch response brings at most this much (``fetch.max.bytes``), so all of a r
 partitions are merged. 256 KiB partition fetches instead of the merge (the first try)
 capped a loaded compressor at ~400 records/s, a quarter of a core busy: a fetch then brings
 one producer batch a partition, and the loop waited on round trips (2,048 ranks live)."""
+FETCH_QUEUE_BACKOFF_MS = 10
+"""How long librdkafka postpones a partition's next fetch once its prefetch queue is over
+``queued.max.messages.kbytes`` (ms; librdkafka's default is 1,000). One fetch response fills
+the queue (up to :data:`LOOKAHEAD_BYTES`), and the loop drains it in well under a second: with
+the default the loop then waited for the next fetch half of its time, and a loaded
+compressor took ~600 records/s at a third of a core while 100,000 records waited on the
+broker (4,096 ranks live, BENCHMARKS.md)."""
 COMMIT_INTERVAL_S = 1.0
 """Flush and commit this often (s): the faust workers' ``broker_commit_interval``."""
 WARN_AFTER_S = 30.0
@@ -256,6 +263,7 @@ class CompressorLoop:
             "max.partition.fetch.bytes": pcfg.fetch_bytes,
             "fetch.max.bytes": LOOKAHEAD_BYTES,
             "queued.max.messages.kbytes": LOOKAHEAD_BYTES >> 10,  # librdkafka's own prefetch
+            "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
             "error_cb": self._client_error,
         }
         if self.member:
