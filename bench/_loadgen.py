@@ -55,7 +55,7 @@ LOAD_ENV = {  # the workers' settings under sustained load
     "ARGUS_STREAMS__FUNNEL_GRACE_S": "5",
     "ARGUS_STREAMS__FUNNEL_IDLE_S": "10",
     "ARGUS_STREAMS__IDLE_CLOSE_S": "8",
-    "ARGUS_STREAMS__INTERNAL_RETENTION_S": "900",  # re-key topics: 15 min (disk, as below)
+    "ARGUS_STREAMS__INTERNAL_RETENTION_S": "180",  # re-key topics: 3 min (page cache, as below)
     # every summary comes from argus' compressor, which routes L3 itself: L3 does not read
     # summary.kernels (docs/pipeline.md, "The compressor routes L3 itself"); set it in the
     # environment to measure the default (true)
@@ -117,9 +117,13 @@ class Stack:
     log_dir: Path
 
 
-#: A load run's kernel topics keep 15 minutes (the product's 6 h of ``raw.kernels`` at 4,096
-#: ranks, ~30 MB/s after lz4, filled this VM's disk 19 minutes into a 30-minute run).
-BENCH_RETENTION_MS = 15 * 60 * 1000
+#: A load run's kernel topics keep 3 minutes. The product's 6 h of ``raw.kernels`` at 4,096
+#: ranks (~45 MB/s after lz4, ~66 MB/s with the other topics) filled this VM's disk 19
+#: minutes into a 30-minute run; with 15 minutes the broker's files outgrew the page cache
+#: (24 GiB shared with the workers and the generator) 9 minutes in, and the kernel's reclaim
+#: and read-back took the CPU the run had left (session 19, BENCHMARKS.md). A broker of its
+#: own keeps hours on its disks; the consumers here read within ~1 minute.
+BENCH_RETENTION_MS = 3 * 60 * 1000
 
 
 def _cap_retention(s: Settings, prefix: str) -> None:
