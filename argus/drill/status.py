@@ -113,8 +113,11 @@ def role_rows(groups: Sequence[Mapping[str, Any]], prefix: str) -> list[RoleRow]
             continue
         roles = ("pagerduty",) if gid == f"{prefix}.pagerduty" else tuple(rest.split("-"))
         topics = g.get("topics") or {}
-        if len(roles) > 1 and "compressor" in roles and topics and not any(
-            t.endswith(".raw.kernels") for t in topics
+        if (
+            len(roles) > 1
+            and "compressor" in roles
+            and topics
+            and not any(t.endswith(".raw.kernels") for t in topics)
         ):  # a mixed faust app whose compressor reads in <prefix>-compressor (its loop)
             roles = tuple(r for r in roles if r != "compressor")
         out.append(
