@@ -120,9 +120,10 @@ class Stack:
 #: A load run's kernel topics keep 3 minutes. The product's 6 h of ``raw.kernels`` at 4,096
 #: ranks (~45 MB/s after lz4, ~66 MB/s with the other topics) filled this VM's disk 19
 #: minutes into a 30-minute run; with 15 minutes the broker's files outgrew the page cache
-#: (24 GiB shared with the workers and the generator) 9 minutes in, and the kernel's reclaim
-#: and read-back took the CPU the run had left (session 19, BENCHMARKS.md). A broker of its
-#: own keeps hours on its disks; the consumers here read within ~1 minute.
+#: (24 GiB shared with the workers and the generator) 9 minutes in: reads from disk and page
+#: reclaim on a machine with no idle CPU (session 19, BENCHMARKS.md). 3 minutes keep them in
+#: memory, as a broker with its own memory and disks keeps its recent hours; the consumers
+#: here read within ~1 minute.
 BENCH_RETENTION_MS = 3 * 60 * 1000
 
 

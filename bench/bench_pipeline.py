@@ -233,6 +233,7 @@ def load(
     faulty: bool = False,
     nice_kernels: int = 0,
     layout: str | None = None,
+    nice_generator: int = 0,
 ) -> None:
     """R ranks at 15 steps/min, ``events`` kernel events per rank-step; lag must not grow.
 
@@ -246,6 +247,10 @@ def load(
     step; L3: of its block's last kernel batches), the issue's p95 bars (L2 <= 5 s, L3 <= 60 s).
     ``nice_kernels`` > 0: the compressor and L3 processes (every thread) run at that nice
     value, so on a shared host the step roles (L2's latency) and the broker go first.
+    ``nice_generator`` > 0: this process (the generator, every thread) runs at that nice
+    value once the workers have started: it stands for the collectors, which run on the
+    training hosts, so the pipeline and broker go first; whether it still kept the schedule
+    is printed (the latest step start, and the run's wall time against the plan).
     ``layout``: the job's layout (``dp=..,tp=..,pp=..,ep=..,cp=..``) instead of
     ``Layout.for_ranks(ranks)`` (e.g. larger L3 scopes at a lower rate).
     """
@@ -307,6 +312,8 @@ def load(
     codec = Codec()
     templates = [BatchTemplate(codec, b) for b in base]
     prod = load_producer(s)
+    if nice_generator:  # after the workers started (they would inherit it)
+        _renice(os.getpid(), nice_generator)
     time.sleep(8)
     period = PERIOD_S  # 15 steps/min
     n_steps = int(minutes * 60 / period)
@@ -319,8 +326,10 @@ def load(
     bytes_k = 0
     ages0: dict[str, tuple[float, float]] = {}
     pending: tuple[str, str, dict[str, Any]] | None = next(steps_iter)
+    behind_s = 0.0  # the latest a step's records started leaving, against the schedule
     for step in range(n_steps):
         t_step = t_start + step * period
+        behind_s = max(behind_s, time.monotonic() - t_step)
         pending, _, _ = publish_steps(prod, codec, prefix, steps_iter, pending, step)
         published[step] = time.time()
         for r, tpl in enumerate(templates):
@@ -433,7 +442,11 @@ def load(
     for w, c in zip(workers, cpu, strict=True):
         print(f"  worker {' '.join(w.roles)}: CPU {c:.0f} s = {100 * c / wall:.0f}% of a core")
     print(f"  broker: CPU {broker_cpu:.0f} s = {100 * broker_cpu / wall:.0f}% of a core")
-    print(f"  load generator (this process): CPU {self_cpu:.0f} s = {100 * self_cpu / wall:.0f}%")
+    print(
+        f"  load generator (this process{f', nice {nice_generator}' if nice_generator else ''}):"
+        f" CPU {self_cpu:.0f} s = {100 * self_cpu / wall:.0f}%; a step started at most"
+        f" {behind_s:.1f} s late, the run took {wall:.0f} s for {n_steps * period:.0f} s planned"
+    )
     half = len(samples) // 2
     first = np.mean([x[1] + x[2] for x in samples[:half]]) if half else float("nan")
     last = np.mean([x[1] + x[2] for x in samples[half:]]) if samples else float("nan")
@@ -551,6 +564,13 @@ def main() -> None:
         default=0,
         help="--load: run the compressor and L3 processes at this nice value (steps first)",
     )
+    ap.add_argument(
+        "--nice-generator",
+        type=int,
+        default=0,
+        help="--load: run the load generator (this process) at this nice value once the workers"
+        " started (it stands for the training hosts' collectors)",
+    )
     ap.add_argument("--layout", help="--load: the job's layout, e.g. dp=128,tp=1,pp=2,ep=4,cp=1")
     args = ap.parse_args()
     if args.load:
@@ -565,6 +585,7 @@ def main() -> None:
             args.faulty,
             args.nice_kernels,
             args.layout,
+            args.nice_generator,
         )
     else:
         kern = {"on": (True,), "off": (False,), "both": (True, False)}[args.kernels]
