@@ -37,6 +37,28 @@ def test_no_metric_has_a_job_label() -> None:
         assert "job" not in getattr(m, "_labelnames", ())
 
 
+def test_collector_gauges_keep_the_max_of_counts_and_the_latest_overhead() -> None:
+    from argus.streams.roles.steps import collector_metrics
+
+    def rec(dropped: int, errors: int, overhead_ns: int) -> dict[str, Any]:
+        c = {"dropped_records": dropped, "errors": errors, "overhead_ns": overhead_ns}
+        return {"start_ns": 0, "end_ns": 1_000_000, "collector": c}
+
+    def value(gauge: Any, job: str) -> float:
+        return float(gauge.labels(job)._value.get())
+
+    collector_metrics("gauges-a", rec(5, 2, 10_000))
+    collector_metrics("gauges-a", rec(3, 4, 20_000))  # another rank, behind on drops
+    collector_metrics("gauges-b", rec(1, 0, 0))
+    assert value(metrics.COLLECTOR_DROPPED, "gauges-a") == 5.0
+    assert value(metrics.COLLECTOR_ERRORS, "gauges-a") == 4.0
+    assert value(metrics.COLLECTOR_OVERHEAD, "gauges-a") == pytest.approx(0.02)
+    assert value(metrics.COLLECTOR_DROPPED, "gauges-b") == 1.0
+    collector_metrics("gauges-a", {"start_ns": 5, "end_ns": 5})  # no collector, no duration
+    assert value(metrics.COLLECTOR_DROPPED, "gauges-a") == 5.0
+    assert value(metrics.COLLECTOR_OVERHEAD, "gauges-a") == pytest.approx(0.02)
+
+
 def test_topic_label_drops_the_prefix() -> None:
     assert metrics.topic_label("t1.argus.raw.steps", "t1.argus") == "raw.steps"
     assert metrics.topic_label("argus.internal.steps-by-job", "argus") == "internal.steps-by-job"

@@ -135,17 +135,32 @@ def missing_finding(
     )
 
 
+_GAUGES_KEPT = 4096  # jobs whose collector gauges' children are kept (cleared when full)
+_COLLECTOR_GAUGES: dict[str, tuple[Any, Any, Any]] = {}  # job -> (dropped, errors, overhead)
+
+
 def collector_metrics(job: str, rec: dict[str, Any]) -> None:
+    """The collector's self-reported health of one step record into the job's gauges: dropped
+    records and errors (the max seen; cumulative in the collector), overhead (the latest,
+    of the step time). The gauges' children are looked up once per job, not per record."""
+    gauges = _COLLECTOR_GAUGES.get(job)
+    if gauges is None:
+        if len(_COLLECTOR_GAUGES) >= _GAUGES_KEPT:
+            _COLLECTOR_GAUGES.clear()
+        gauges = _COLLECTOR_GAUGES[job] = (
+            metrics.COLLECTOR_DROPPED.labels(job),
+            metrics.COLLECTOR_ERRORS.labels(job),
+            metrics.COLLECTOR_OVERHEAD.labels(job),
+        )
+    dropped, errors, overhead = gauges
     c = rec.get("collector") or {}
-    for gauge, field in (
-        (metrics.COLLECTOR_DROPPED, "dropped_records"),
-        (metrics.COLLECTOR_ERRORS, "errors"),
-    ):
-        g = gauge.labels(job)
-        g.set(max(g._value.get(), float(c.get(field, 0))))
+    for g, field in ((dropped, "dropped_records"), (errors, "errors")):
+        v = float(c.get(field, 0))
+        if v > g._value.get():
+            g.set(v)
     it = rec["end_ns"] - rec["start_ns"]
     if it > 0:
-        metrics.COLLECTOR_OVERHEAD.labels(job).set(float(c.get("overhead_ns", 0)) / it)
+        overhead.set(float(c.get("overhead_ns", 0)) / it)
 
 
 def _fold(agg: StepAggregate | None, more: StepAggregate) -> StepAggregate:
