@@ -7,7 +7,9 @@ This module closes that gap and, on the way, writes each table key's changelog o
 commit instead of once per write:
 
 * :class:`CoalescingTable` records a written key as *dirty* (holding a reference to its
-  value) instead of sending a changelog record;
+  value) instead of sending a changelog record; a key created and deleted between two
+  commits sends nothing (the changelog never held it: the steps tier's cells, written per
+  step record and taken out when their step closes, ~1 s later);
 * :class:`DurableCommits` replaces the app's attachment manager, which faust's consumer
   calls at each commit, right after it chose the offsets to commit and before it commits
   them (``Consumer._commit_tps`` -> ``_handle_attached``). There, every dirty key is sent
@@ -48,19 +50,30 @@ class CoalescingTable(Table):
     """A faust table whose changelog is written by :class:`DurableCommits` at commit time.
 
     A write marks the key dirty (partition of the current event, latest value); no record
-    leaves until :meth:`take_dirty`. Sensors still see every write; key TTLs are not used.
+    leaves until :meth:`take_dirty`. A key that was absent when its first write since the
+    last :meth:`take_dirty` came (the changelog holds no value for it) and is deleted before
+    the next is clean again: neither its value nor a tombstone is sent. Sensors still see
+    every write; key TTLs are not used.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._argus_dirty: dict[Any, tuple[int, Any]] = {}
+        self._argus_born: set[Any] = set()  # dirty keys the changelog holds no value for
 
     def on_key_set(self, key: Any, value: Any) -> None:
+        # called before the store is written: absent now and not dirty = not in the changelog
+        if key not in self._argus_dirty and key not in self.data:
+            self._argus_born.add(key)
         self._argus_dirty[key] = (self._event_partition(key), value)
         self._sensor_on_set(self, key, value)
 
     def on_key_del(self, key: Any) -> None:
-        self._argus_dirty[key] = (self._event_partition(key), _DELETED)
+        if key in self._argus_born:  # created since the last commit: nothing to undo
+            self._argus_born.discard(key)
+            del self._argus_dirty[key]
+        else:
+            self._argus_dirty[key] = (self._event_partition(key), _DELETED)
         self._sensor_on_del(self, key)
 
     def _event_partition(self, key: Any) -> int:
@@ -73,6 +86,7 @@ class CoalescingTable(Table):
         """The latest value (or a tombstone) of every dirty key as changelog messages,
         serialized now; the keys are clean afterwards."""
         dirty, self._argus_dirty = self._argus_dirty, {}
+        self._argus_born = set()
         topic = self.changelog_topic
         return [
             topic.as_future_message(

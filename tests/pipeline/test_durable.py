@@ -74,3 +74,9 @@ def test_one_changelog_record_per_key_per_commit(
     last: dict[str, Any] = json.loads([v for k, v in records if k == job_key][-1] or b"{}")
     # the final state, not an intermediate one: every step's aggregate was folded and popped
     assert last["agg"] == {}, sorted(last["agg"])[:5]
+    # the block tier's cells, one per step record, are taken out when their step closes:
+    # one created and closed between two commits leaves nothing in the changelog
+    cells = _changelog(kafka, f"{app_id}-steps-cells-changelog")
+    assert len(cells) <= writes // 2, Counter(v is None for _, v in cells)
+    final: dict[bytes, bytes | None] = dict(cells)
+    assert all(v is None for v in final.values())  # no cell outlives its step
