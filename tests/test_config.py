@@ -167,6 +167,7 @@ def test_the_file_types_are_checked_too(tmp_path: Path) -> None:
         ({"ARGUS_DETECTORS__ROUTING__FALLBACK__COMPUTE": "nope"}, "no such group kind"),
         ({"ARGUS_PAGERDUTY__EVENTS_URL": "ftp://x"}, "events_url must be http"),
         ({"ARGUS_COLLECTORS__KERNELS_BACKEND": "nvprof"}, "kernels_backend"),
+        ({"ARGUS_STREAMS__STEPS_ROUTER_RUNTIME": "rust"}, "steps_router_runtime = 'rust'"),
     ],
 )
 def test_values_are_validated_when_the_settings_load(env: dict[str, str], names: str) -> None:

@@ -70,7 +70,8 @@ def worker(
     Scale out by starting more workers with the same roles: they share the work by
     partitions (consumer group = the app id, <prefix>-<roles>). The compressor runs on its
     own Kafka client loop in group <prefix>-compressor, whatever roles share the process
-    (streams.compressor_runtime = "faust" puts it back in the faust app).
+    (streams.compressor_runtime = "faust" puts it back in the faust app); with
+    streams.steps_router_runtime = "kafka" the steps router does too, in <prefix>-steps-router.
     """
     from dataclasses import replace
 
@@ -140,16 +141,21 @@ def worker(
     metrics.serve(addr)
     # faust's data dir (build_app: <state_dir>/workers/<app id>); faust makes only its last level
     (settings.state_dir / "workers").mkdir(parents=True, exist_ok=True)
-    if not loop:
-        Worker(app, loglevel=loglevel, quiet=True).execute_from_commandline()
-        return
-    from argus.streams.compressor_loop import start_beside
+    beside = []  # the loops on threads of their own beside the faust worker
+    if loop:
+        from argus.streams.compressor_loop import start_beside
 
-    thread, stop, errors = start_beside(settings, pcfg, instance_id, app.conf.id)
+        beside.append(start_beside(settings, pcfg, instance_id, app.conf.id))
+    if pcfg.steps_router_runtime == "kafka" and faust_roles & {"l1", "l2"}:
+        from argus.streams import steps_router_loop
+
+        beside.append(steps_router_loop.start_beside(settings, pcfg, instance_id, app.conf.id))
     try:
         Worker(app, loglevel=loglevel, quiet=True).execute_from_commandline()
     finally:
-        stop.set()
-        thread.join(60.0)
-        if errors:
+        for _thread, stop, _errors in beside:
+            stop.set()
+        for thread, _stop, _errors in beside:
+            thread.join(60.0)
+        if any(errors for _thread, _stop, errors in beside):
             raise SystemExit(1)

@@ -47,6 +47,7 @@ from argus.streams.kafka_loop import (
     KafkaLoop,
     Lookahead,
 )
+from argus.streams.kafka_loop import start_beside as start_loop_beside
 from argus.streams.limits import Limits
 from argus.streams.pipeline_config import PipelineConfig
 from argus.streams.rekey import item_bytes, rekey_messages
@@ -301,25 +302,7 @@ def run_alone(settings: Settings, pcfg: PipelineConfig, instance_id: str | None)
 def start_beside(
     settings: Settings, pcfg: PipelineConfig, instance_id: str | None, legacy_group: str
 ) -> tuple[threading.Thread, threading.Event, list[BaseException]]:
-    """The loop on a thread of its own beside a faust worker (whose app runs the process's
-    other roles): ``(thread, stop flag, errors)``. Should the loop fail, it sends the process
-    SIGTERM (the faust worker stops cleanly) and leaves its error in ``errors`` for the
-    caller's exit status."""
-    import os
-    import signal
-
+    """The loop on a thread of its own beside a faust worker
+    (:func:`argus.streams.kafka_loop.start_beside`)."""
     loop = CompressorLoop(settings, pcfg, instance_id=instance_id, legacy_group=legacy_group)
-    stop = threading.Event()
-    errors: list[BaseException] = []
-
-    def target() -> None:
-        try:
-            loop.run(stop)
-        except BaseException as exc:
-            log.critical("compressor loop stopped: %s", exc, exc_info=True)
-            errors.append(exc)
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    thread = threading.Thread(target=target, name="compressor-loop", daemon=True)
-    thread.start()
-    return thread, stop, errors
+    return start_loop_beside(loop, "compressor-loop")

@@ -4,14 +4,16 @@ A faust worker's group is its app id, ``<prefix>-<roles>`` (``<prefix>-all`` for
 The compressor's own loop (``streams.compressor_runtime = "kafka"``,
 :mod:`argus.streams.compressor_loop`) reads in ``<prefix>-compressor`` whatever roles share
 its process; the faust app of the other roles keeps the id of the whole role set, so their
-committed offsets stay theirs across the switch of runtimes.
+committed offsets stay theirs across the switch of runtimes. The steps router's loop
+(``streams.steps_router_runtime = "kafka"``, :mod:`argus.streams.steps_router_loop`) reads
+``raw.steps`` in ``<prefix>-steps-router`` the same way.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-__all__ = ["ROLES", "app_id", "loop_group", "worker_groups"]
+__all__ = ["ROLES", "app_id", "loop_group", "steps_router_group", "worker_groups"]
 
 ROLES = ("compressor", "l1", "l2", "l3", "funnel", "stacks")
 
@@ -27,12 +29,24 @@ def loop_group(prefix: str) -> str:
     return f"{prefix}-compressor"
 
 
-def worker_groups(prefix: str, roles: Iterable[str], runtime: str = "kafka") -> list[str]:
+def steps_router_group(prefix: str) -> str:
+    """The steps router loop's consumer group: ``<prefix>-steps-router``."""
+    return f"{prefix}-steps-router"
+
+
+def worker_groups(
+    prefix: str, roles: Iterable[str], runtime: str = "kafka", steps_router: str = "faust"
+) -> list[str]:
     """Every consumer group a worker running ``roles`` (``all`` allowed) reads in, with the
-    compressor on ``runtime`` (``kafka`` or ``faust``)."""
+    compressor on ``runtime`` and the steps router on ``steps_router`` (``kafka`` or
+    ``faust``)."""
     chosen = set(ROLES) if "all" in roles else set(roles)
     if "compressor" not in chosen or runtime != "kafka":
-        return [app_id(prefix, chosen)]
-    rest = chosen - {"compressor"}
-    loop = loop_group(prefix)
-    return [loop] if not rest else [app_id(prefix, chosen), loop]
+        out = [app_id(prefix, chosen)]
+    else:
+        rest = chosen - {"compressor"}
+        loop = loop_group(prefix)
+        out = [loop] if not rest else [app_id(prefix, chosen), loop]
+    if steps_router == "kafka" and chosen & {"l1", "l2"}:
+        out.append(steps_router_group(prefix))
+    return out

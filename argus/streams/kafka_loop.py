@@ -57,7 +57,14 @@ from argus.streams.dlq import dlq_record
 from argus.streams.held import HeldOffsets
 from argus.streams.pipeline_config import PipelineConfig
 
-__all__ = ["COMMIT_INTERVAL_S", "POLL_MAX", "DeliveryFailed", "KafkaLoop", "Lookahead"]
+__all__ = [
+    "COMMIT_INTERVAL_S",
+    "POLL_MAX",
+    "DeliveryFailed",
+    "KafkaLoop",
+    "Lookahead",
+    "start_beside",
+]
 
 log = logging.getLogger("argus.streams")
 
@@ -554,3 +561,29 @@ def _committed(settings: Settings, group: str, tps: list[TopicPartition]) -> dic
     finally:
         probe.close()
     return {tp.partition: tp.offset for tp in got if tp.offset >= 0}
+
+
+def start_beside(
+    loop: KafkaLoop, name: str
+) -> tuple[threading.Thread, threading.Event, list[BaseException]]:
+    """``loop`` on a thread of its own beside a faust worker (whose app runs the process's
+    other roles): ``(thread, stop flag, errors)``. Should the loop fail, it sends the process
+    SIGTERM (the faust worker stops cleanly) and leaves its error in ``errors`` for the
+    caller's exit status."""
+    import os
+    import signal
+
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            loop.run(stop)
+        except BaseException as exc:
+            log.critical("%s stopped: %s", name, exc, exc_info=True)
+            errors.append(exc)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    thread = threading.Thread(target=target, name=name, daemon=True)
+    thread.start()
+    return thread, stop, errors

@@ -9,10 +9,12 @@ from typing import Any
 from argus.config import NON_NEGATIVE, POSITIVE, ConfigError, Range, build_config, check_ranges
 from argus.streams.limits import Limits
 
-__all__ = ["COMPRESSOR_RUNTIMES", "PipelineConfig"]
+__all__ = ["COMPRESSOR_RUNTIMES", "STEPS_ROUTER_RUNTIMES", "PipelineConfig"]
 
 COMPRESSOR_RUNTIMES = ("kafka", "faust")
 """``streams.compressor_runtime``: the compressor's own confluent-kafka loop, or faust."""
+STEPS_ROUTER_RUNTIMES = ("faust", "kafka")
+"""``streams.steps_router_runtime``: the steps router as a faust agent, or its own loop."""
 
 #: fields whose range is not ``> 0``; 0 turns max_skew_s, max_step_jump, producer_linger_s,
 #: silent_steps off
@@ -150,6 +152,12 @@ class PipelineConfig(Limits):
         ``<prefix>-compressor`` whatever roles share the process: 35 % less CPU a raw
         record than the faust agent (BENCHMARKS.md). ``faust``: the faust agent in the
         worker's app (consumer group ``<prefix>-<roles>``), as before session 18.
+    steps_router_runtime : str
+        What runs the steps roles' router (``raw.steps`` -> ``internal.steps-by-block``).
+        ``faust`` (default): an agent of the worker's app. ``kafka``: a confluent-kafka loop
+        on a thread beside the faust worker (:mod:`argus.streams.steps_router_loop`), in
+        consumer group ``<prefix>-steps-router``: faust spends ~75 µs handing over each
+        record (BENCHMARKS.md, "faust's fetch loop"), a loop ~1 µs. Opt-in while measured.
 
     Input limits: the ``max_*`` fields, inherited from :class:`argus.streams.limits.Limits`
     (their one definition, documented there; :mod:`argus.streams.validate` sends a record
@@ -185,6 +193,7 @@ class PipelineConfig(Limits):
     fetch_bytes: int = 8 << 20
     dlq_max_value_bytes: int = 900_000
     compressor_runtime: str = "kafka"
+    steps_router_runtime: str = "faust"
 
     def __post_init__(self) -> None:
         ranged = (f.name for f in fields(self) if f.type not in ("bool", "str"))
@@ -193,6 +202,11 @@ class PipelineConfig(Limits):
             raise ConfigError(
                 f"streams.compressor_runtime = {self.compressor_runtime!r}: choose "
                 + " or ".join(COMPRESSOR_RUNTIMES)
+            )
+        if self.steps_router_runtime not in STEPS_ROUTER_RUNTIMES:
+            raise ConfigError(
+                f"streams.steps_router_runtime = {self.steps_router_runtime!r}: choose "
+                + " or ".join(STEPS_ROUTER_RUNTIMES)
             )
         if self.funnel_idle_s <= self.idle_close_s:
             raise ConfigError(

@@ -47,9 +47,10 @@ def worker(prefix: str, tmp: Path, roles: tuple[str, ...] = ("all",), **env: str
     )
 
 
-def groups_of(prefix: str, roles: tuple[str, ...]) -> list[str]:
-    """Every consumer group a worker running ``roles`` reads in."""
-    return worker_groups(prefix, roles)
+def groups_of(prefix: str, roles: tuple[str, ...], steps_router: str = "faust") -> list[str]:
+    """Every consumer group a worker running ``roles`` reads in (the steps router on
+    ``steps_router``: ``streams.steps_router_runtime``)."""
+    return worker_groups(prefix, roles, steps_router=steps_router)
 
 
 def workers(prefix: str, tmp: Path, **env: str) -> list[WorkerProcess]:

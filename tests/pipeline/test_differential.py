@@ -25,10 +25,11 @@ across the steps worker's restart and the catch-up, as offline.
 Fault modes (``MODES``): ``lag`` (published ~4x faster than the workers keep up on 2
 cores; the test checks the backlog grew while publishing), ``late-l3`` (the kernel-roles
 worker starts 60 s after the job), ``kill-kernels`` and ``kill-steps`` (SIGKILL of that
-worker mid-job, at step 25, restarted at once), ``broker`` (a private broker stopped for
-30 s at step 30 and restarted; the shared one is never touched). ``make test`` runs
-``late-l3`` and both SIGKILL modes; ``make chaos`` runs all five (results:
-docs/reliability.md, "Live equals offline").
+worker mid-job, at step 25, restarted at once), ``kill-steps-loop`` (``kill-steps`` with the
+steps router on its own loop, ``streams.steps_router_runtime = "kafka"``), ``broker`` (a
+private broker stopped for 30 s at step 30 and restarted; the shared one is never touched).
+``make test`` runs ``late-l3`` and the three SIGKILL modes; ``make chaos`` runs all six
+(results: docs/reliability.md, "Live equals offline").
 
 Stream settings are the harness's short ones, except ``idle_close_s`` and ``funnel_idle_s``:
 their production 120 s and 150 s (the processing-time bounds; the harness's 30 s would close
@@ -88,6 +89,12 @@ class Mode:
     # (rank, first, end): that rank's collector writes nothing for steps [first, end) (it
     # hung, or died and was restarted); the job goes on
     stop: tuple[int, int, int] | None = None
+    env: tuple[tuple[str, str], ...] = ()  # the workers' settings on top of ENV
+
+    @property
+    def steps_router(self) -> str:
+        """``streams.steps_router_runtime`` of this mode's workers."""
+        return dict(self.env).get("ARGUS_STREAMS__STEPS_ROUTER_RUNTIME", "faust")
 
     def published(self, rec: dict[str, Any]) -> bool:
         """Whether the job writes ``rec`` (a stopped rank writes nothing while stopped)."""
@@ -103,6 +110,13 @@ MODES = {
         Mode("late-l3", late_s=60.0),
         Mode("kill-kernels", kill="kernels"),
         Mode("kill-steps", kill="steps", stop=(5, 20, 45)),
+        # the same with the steps router on its own loop (streams.steps_router_runtime)
+        Mode(
+            "kill-steps-loop",
+            kill="steps",
+            stop=(5, 20, 45),
+            env=(("ARGUS_STREAMS__STEPS_ROUTER_RUNTIME", "kafka"),),
+        ),
         Mode("broker", steps=120, at=30, broker_down_s=30.0),
     )
 }
@@ -355,12 +369,14 @@ TICK_SLACK = 3 * int(FAST["ARGUS_STREAMS__INTERNAL_PARTITIONS"])
 partition every second, committed a second later."""
 
 
-def _drained(settings: Settings, prefix: str, left: dict[str, dict[str, int]]) -> bool:
+def _drained(
+    settings: Settings, prefix: str, left: dict[str, dict[str, int]], steps_router: str
+) -> bool:
     """Both workers' groups committed every record of every topic they read (internal
     topics: all but their last ticks), and each did read its raw topic."""
     for roles, raw in ((STEPS_ROLES, "raw.steps"), (KERNEL_ROLES, "raw.kernels")):
         read: dict[str, int] = {}  # topic -> records behind, over the worker's groups
-        for g in groups_of(prefix, roles):
+        for g in groups_of(prefix, roles, steps_router):
             try:
                 left[g] = backlog(settings, g)
             except Exception as exc:  # broker still coming back
@@ -375,12 +391,14 @@ def _drained(settings: Settings, prefix: str, left: dict[str, dict[str, int]]) -
     return True
 
 
-def _total_backlog(settings: Settings, prefix: str) -> int:
+def _total_backlog(settings: Settings, prefix: str, steps_router: str) -> int:
     """Records not yet committed by the workers' groups, over every topic they read."""
     n = 0
     for roles in SPLIT:
         try:
-            n += sum(sum(backlog(settings, g).values()) for g in groups_of(prefix, roles))
+            n += sum(
+                sum(backlog(settings, g).values()) for g in groups_of(prefix, roles, steps_router)
+            )
         except Exception:  # a probe: the next sample counts
             continue
     return n
@@ -389,16 +407,16 @@ def _total_backlog(settings: Settings, prefix: str) -> int:
 class _LagProbe(threading.Thread):
     """Samples the workers' total backlog once a second: ``(s since start, records)``."""
 
-    def __init__(self, settings: Settings, prefix: str) -> None:
+    def __init__(self, settings: Settings, prefix: str, steps_router: str) -> None:
         super().__init__(daemon=True)
-        self.settings, self.prefix = settings, prefix
+        self.settings, self.prefix, self.steps_router = settings, prefix, steps_router
         self.samples: list[tuple[float, int]] = []
         self.halt = threading.Event()
         self.t0 = time.monotonic()
 
     def run(self) -> None:
         while not self.halt.wait(1.0):
-            n = _total_backlog(self.settings, self.prefix)
+            n = _total_backlog(self.settings, self.prefix, self.steps_router)
             self.samples.append((time.monotonic() - self.t0, n))
 
 
@@ -410,7 +428,8 @@ def broker_for(kafka: Settings, tmp_path: Path, request: pytest.FixtureRequest) 
             broker, settings, env = stack.enter_context(private_broker(tmp_path))
             yield MODES[request.param], settings, env, broker
         else:
-            yield MODES[request.param], kafka, {}, None
+            mode = MODES[request.param]
+            yield mode, kafka, dict(mode.env), None
 
 
 def _params() -> list[Any]:
@@ -443,7 +462,7 @@ def test_live_equals_offline(broker_for: Any, tmp_path: Path) -> None:
     live = _Live(prefix, tmp_path, env)
     watch = Watcher(settings, ["anomalies", "alerts", "dlq"], prefix=prefix)
     notes: list[str] = []
-    probe = _LagProbe(settings, prefix)
+    probe = _LagProbe(settings, prefix, mode.steps_router)
     faults: list[threading.Thread] = []
     try:
         steps_w = live.start("steps")
@@ -501,7 +520,7 @@ def test_live_equals_offline(broker_for: Any, tmp_path: Path) -> None:
         def settled(w: Watcher) -> bool:  # drained twice, nothing new in between
             nonlocal n_seen
             assert not live.dead(), f"worker(s) {live.dead()} exited:\n{live.logs()}"
-            if not _drained(settings, prefix, left):
+            if not _drained(settings, prefix, left, mode.steps_router):
                 return False
             n = _produced(settings, prefix)
             if n != n_seen:
@@ -512,6 +531,12 @@ def test_live_equals_offline(broker_for: Any, tmp_path: Path) -> None:
 
         ok = watch.wait_for(settled, timeout_s=420, poll_s=2.0)
         assert ok, (left, _outcomes(live.running()), live.logs())
+        readers = [g for g, topics in left.items() if f"{prefix}.raw.steps" in topics]
+        assert readers == [  # the runtime asked for read the step records
+            f"{prefix}-steps-router"
+            if mode.steps_router == "kafka"
+            else groups_of(prefix, STEPS_ROLES)[0]
+        ], readers
         t_done = time.monotonic() - t_job
         probe.halt.set()
         if mode.probe_lag:

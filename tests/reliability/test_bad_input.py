@@ -17,7 +17,7 @@ from argus.schemas.arrays import pack
 from argus.streams.local_run import Watcher
 from argus.summaries.summary_record import summarize_batch
 from argus.topics import topic_name
-from tests.pipeline.harness import metric, worker
+from tests.pipeline.harness import backlog, groups_of, metric, worker
 
 pytestmark = [pytest.mark.kafka]
 
@@ -73,12 +73,19 @@ def batch(job: str, w: int, t0: int, n: int, **kw: Any) -> dict[str, Any]:
     return {**rec, **kw}
 
 
+@pytest.mark.parametrize("steps_router", ["faust", "kafka"])
 def test_bad_records_go_to_the_dlq_and_the_worker_goes_on(
-    kafka: Settings, topic_prefix: str, tmp_path: Path
+    kafka: Settings, topic_prefix: str, tmp_path: Path, steps_router: str
 ) -> None:
     now = time.time_ns()
     t0 = now - 3600 * SEC
-    w = worker(topic_prefix, tmp_path, ("all",), ARGUS_STREAMS__MAX_BATCH_EVENTS=str(CAP)).start()
+    w = worker(
+        topic_prefix,
+        tmp_path,
+        ("all",),
+        ARGUS_STREAMS__MAX_BATCH_EVENTS=str(CAP),
+        ARGUS_STREAMS__STEPS_ROUTER_RUNTIME=steps_router,  # the router's own loop, or faust's
+    ).start()
     watch = Watcher(kafka, ["dlq", "summary.kernels"], prefix=topic_prefix)
     prod = Producer(
         kafka.kafka_config(**{"compression.type": "lz4", "message.max.bytes": 100_000_000})
@@ -157,6 +164,18 @@ def test_bad_records_go_to_the_dlq_and_the_worker_goes_on(
             assert metric(w, "argus_dlq_records_total", reason=reason) == 1, reason
         (big,) = [r for r in watch.get("summary.kernels") if r["job"] == "big"]
         assert big["n_events"] == CAP  # 1 M events are compressed, not rejected
+        # the runtime asked for read the step records (and committed them)
+        steps, deadline = topic_name("raw.steps", topic_prefix), time.monotonic() + 20
+        want = [f"{topic_prefix}-{'steps-router' if steps_router == 'kafka' else 'all'}"]
+        while (
+            readers := [
+                g
+                for g in groups_of(topic_prefix, ("all",), steps_router)
+                if backlog(kafka, g).get(steps) == 0
+            ]
+        ) != want and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert readers == want
     finally:
         w.stop()
         watch.close()

@@ -4,7 +4,9 @@ deleted between two commits."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import faust
@@ -14,11 +16,19 @@ from argus.streams.durable import CoalescingTable
 
 
 @pytest.fixture
-def table(monkeypatch: pytest.MonkeyPatch) -> Any:
-    app = faust.App("t-coalescing", broker="kafka://127.0.0.1:1", store="memory://")
-    t = CoalescingTable(app, name="cells", default=None, partitions=4, key_type=str)
-    monkeypatch.setattr(t, "_event_partition", lambda key: 2)  # as inside an event
-    return t
+def table(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    # faust's messages are futures of the current event loop: one of this test's own (an
+    # earlier test's asyncio.run leaves none)
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        app = faust.App("t-coalescing", broker="kafka://127.0.0.1:1", store="memory://")
+        t = CoalescingTable(app, name="cells", default=None, partitions=4, key_type=str)
+        monkeypatch.setattr(t, "_event_partition", lambda key: 2)  # as inside an event
+        yield t
+    finally:
+        asyncio.set_event_loop(None)
+        loop.close()
 
 
 def _sent(t: Any) -> dict[str, Any]:

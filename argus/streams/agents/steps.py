@@ -1,7 +1,9 @@
 """Faust agents of the steps roles (``l1``, ``l2``): registration and transport only.
 
 A router decodes and validates each ``step_record`` (bad ones go to the DLQ with the
-reason) and re-keys it by rank block (:func:`argus.streams.roles.steps.route_step`); two
+reason) and re-keys it by rank block (:func:`argus.streams.roles.steps.route_step`; with
+``streams.steps_router_runtime = "kafka"`` a loop beside the worker does,
+:mod:`argus.streams.steps_router_loop`); two
 window agents run the roles :class:`~argus.streams.roles.steps.StepBlocks` and
 :class:`~argus.streams.roles.steps.JobSteps`. Both levels share the router and the agents
 when they run in one worker (``argus worker l1 l2``); run alone, each has its own consumer
@@ -39,14 +41,13 @@ def _register(ctx: Ctx, level: str) -> None:
             collector_metrics(rec["job"], rec)
             return route_step(rec, block_ranks, event.message.partition)
 
-        route_batches(ctx, src, by_block, name="steps-router", role="steps", route=route)
+        tiers = [by_block.get_topic_name(), blocks.out.get_topic_name()]
+        if ctx.pcfg.steps_router_runtime == "faust":  # else its own loop (steps_router_loop)
+            route_batches(ctx, src, by_block, name="steps-router", role="steps", route=route)
+            tiers.insert(0, src.get_topic_name())
         window_agent(ctx, by_block, name="steps-blocks", role="steps", impl=blocks)
         window_agent(ctx, blocks.out, name="steps-windows", role="steps", impl=impl)
-        add_lag_gauge(
-            ctx,
-            "steps",
-            [ctx.topic("raw.steps"), by_block.get_topic_name(), blocks.out.get_topic_name()],
-        )
+        add_lag_gauge(ctx, "steps", tiers)
     impl.levels.add(level)
 
 
