@@ -370,7 +370,7 @@ partition every second, committed a second later."""
 
 
 def _drained(
-    settings: Settings, prefix: str, left: dict[str, dict[str, int]], steps_router: str
+    settings: Settings, prefix: str, left: dict[str, dict[str, int]], steps_router: str = "faust"
 ) -> bool:
     """Both workers' groups committed every record of every topic they read (internal
     topics: all but their last ticks), and each did read its raw topic."""

@@ -192,6 +192,18 @@ def test_every_role_may_do_exactly_what_the_table_says_on_each_topic(
     assert not wrong, "\n".join(wrong)
 
 
+def _describe_configs(admin: AdminClient, res: ConfigResource) -> BaseException | None:
+    """``describe_configs`` of a topic just created: the error, or None. The broker answers
+    ``UNKNOWN_TOPIC_OR_PART`` until its metadata holds the new topic (KRaft applies a
+    creation asynchronously): asked again for up to 10 s, as any client would."""
+    deadline = time.monotonic() + 10
+    while True:
+        exc = admin.describe_configs([res])[res].exception(30)
+        if _code(exc) != KafkaError.UNKNOWN_TOPIC_OR_PART or time.monotonic() > deadline:
+            return exc
+        time.sleep(0.2)
+
+
 def test_groups_topic_creation_and_configs_call_by_call(
     secure_broker: SecureBroker, table: list[AclRule]
 ) -> None:
@@ -220,7 +232,7 @@ def test_groups_topic_creation_and_configs_call_by_call(
                 wrong.append(f"{role} create {name}: {'allowed' if ok else 'denied'}")
             if ok:
                 res = ConfigResource(ResourceType.TOPIC, name)
-                cfg_exc = admin.describe_configs([res])[res].exception(30)
+                cfg_exc = _describe_configs(admin, res)
                 if (cfg_exc is None) != allowed(table, role, "topic", name, "DESCRIBE_CONFIGS"):
                     wrong.append(f"{role} describe configs of {name}: {cfg_exc}")
         g = _groups("worker")[0]
