@@ -70,8 +70,9 @@ def worker(
     Scale out by starting more workers with the same roles: they share the work by
     partitions (consumer group = the app id, <prefix>-<roles>). The compressor runs on its
     own Kafka client loop in group <prefix>-compressor, whatever roles share the process
-    (streams.compressor_runtime = "faust" puts it back in the faust app); with
-    streams.steps_router_runtime = "kafka" the steps router does too, in <prefix>-steps-router.
+    (streams.compressor_runtime = "faust" puts it back in the faust app); so does the
+    steps router, in <prefix>-steps-router (streams.steps_router_runtime = "faust": back in
+    the app).
     """
     from dataclasses import replace
 
@@ -141,15 +142,19 @@ def worker(
     metrics.serve(addr)
     # faust's data dir (build_app: <state_dir>/workers/<app id>); faust makes only its last level
     (settings.state_dir / "workers").mkdir(parents=True, exist_ok=True)
+    from argus.streams.kafka_loop import start_beside
+
     beside = []  # the loops on threads of their own beside the faust worker
+    # a partition a loop's group never committed starts where this app committed it
+    kw = {"instance_id": instance_id, "legacy_group": app.conf.id}
     if loop:
-        from argus.streams.compressor_loop import start_beside
+        from argus.streams.compressor_loop import CompressorLoop
 
-        beside.append(start_beside(settings, pcfg, instance_id, app.conf.id))
+        beside.append(start_beside(CompressorLoop(settings, pcfg, **kw), "compressor-loop"))
     if pcfg.steps_router_runtime == "kafka" and faust_roles & {"l1", "l2"}:
-        from argus.streams import steps_router_loop
+        from argus.streams.steps_router_loop import StepsRouterLoop
 
-        beside.append(steps_router_loop.start_beside(settings, pcfg, instance_id, app.conf.id))
+        beside.append(start_beside(StepsRouterLoop(settings, pcfg, **kw), "steps-router-loop"))
     try:
         Worker(app, loglevel=loglevel, quiet=True).execute_from_commandline()
     finally:

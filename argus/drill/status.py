@@ -104,14 +104,20 @@ def role_rows(groups: Sequence[Mapping[str, Any]], prefix: str) -> list[RoleRow]
     groups (``<prefix>-drill-*``, ``-replay-*``, ``-watch-*``) are left out. A mixed worker's
     faust group (``<prefix>-compressor-l3``) is labelled with the roles it reads for: not the
     compressor when it reads no ``raw.kernels`` (the compressor's loop reads them in
-    ``<prefix>-compressor``); a group with no offsets at all keeps its name's roles."""
+    ``<prefix>-compressor``); the steps router's loop group (``<prefix>-steps-router``) is
+    labelled ``steps-router``; a group with no offsets at all keeps its name's roles."""
     out = []
     for g in groups:
         gid = str(g["group"])
         rest = gid[len(prefix) + 1 :] if gid.startswith(prefix) else gid
         if rest.startswith(_OURS):
             continue
-        roles = ("pagerduty",) if gid == f"{prefix}.pagerduty" else tuple(rest.split("-"))
+        if gid == f"{prefix}.pagerduty":
+            roles: tuple[str, ...] = ("pagerduty",)
+        elif rest == "steps-router":  # the steps router's loop (l1 and l2 workers)
+            roles = ("steps-router",)
+        else:
+            roles = tuple(rest.split("-"))
         topics = g.get("topics") or {}
         if (
             len(roles) > 1

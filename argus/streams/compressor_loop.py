@@ -47,7 +47,6 @@ from argus.streams.kafka_loop import (
     KafkaLoop,
     Lookahead,
 )
-from argus.streams.kafka_loop import start_beside as start_loop_beside
 from argus.streams.limits import Limits
 from argus.streams.pipeline_config import PipelineConfig
 from argus.streams.rekey import item_bytes, rekey_messages
@@ -297,12 +296,3 @@ def run_alone(settings: Settings, pcfg: PipelineConfig, instance_id: str | None)
         signal.signal(sig, lambda *_: stop.set())
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     CompressorLoop(settings, pcfg, instance_id=instance_id).run(stop)
-
-
-def start_beside(
-    settings: Settings, pcfg: PipelineConfig, instance_id: str | None, legacy_group: str
-) -> tuple[threading.Thread, threading.Event, list[BaseException]]:
-    """The loop on a thread of its own beside a faust worker
-    (:func:`argus.streams.kafka_loop.start_beside`)."""
-    loop = CompressorLoop(settings, pcfg, instance_id=instance_id, legacy_group=legacy_group)
-    return start_loop_beside(loop, "compressor-loop")

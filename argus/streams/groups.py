@@ -5,8 +5,8 @@ The compressor's own loop (``streams.compressor_runtime = "kafka"``,
 :mod:`argus.streams.compressor_loop`) reads in ``<prefix>-compressor`` whatever roles share
 its process; the faust app of the other roles keeps the id of the whole role set, so their
 committed offsets stay theirs across the switch of runtimes. The steps router's loop
-(``streams.steps_router_runtime = "kafka"``, :mod:`argus.streams.steps_router_loop`) reads
-``raw.steps`` in ``<prefix>-steps-router`` the same way.
+(``streams.steps_router_runtime = "kafka"``, the default; :mod:`argus.streams.steps_router_loop`)
+reads ``raw.steps`` in ``<prefix>-steps-router`` the same way.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def steps_router_group(prefix: str) -> str:
 
 
 def worker_groups(
-    prefix: str, roles: Iterable[str], runtime: str = "kafka", steps_router: str = "faust"
+    prefix: str, roles: Iterable[str], runtime: str = "kafka", steps_router: str = "kafka"
 ) -> list[str]:
     """Every consumer group a worker running ``roles`` (``all`` allowed) reads in, with the
     compressor on ``runtime`` and the steps router on ``steps_router`` (``kafka`` or

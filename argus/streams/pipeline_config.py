@@ -13,7 +13,7 @@ __all__ = ["COMPRESSOR_RUNTIMES", "STEPS_ROUTER_RUNTIMES", "PipelineConfig"]
 
 COMPRESSOR_RUNTIMES = ("kafka", "faust")
 """``streams.compressor_runtime``: the compressor's own confluent-kafka loop, or faust."""
-STEPS_ROUTER_RUNTIMES = ("faust", "kafka")
+STEPS_ROUTER_RUNTIMES = ("kafka", "faust")
 """``streams.steps_router_runtime``: the steps router as a faust agent, or its own loop."""
 
 #: fields whose range is not ``> 0``; 0 turns max_skew_s, max_step_jump, producer_linger_s,
@@ -154,10 +154,11 @@ class PipelineConfig(Limits):
         worker's app (consumer group ``<prefix>-<roles>``), as before session 18.
     steps_router_runtime : str
         What runs the steps roles' router (``raw.steps`` -> ``internal.steps-by-block``).
-        ``faust`` (default): an agent of the worker's app. ``kafka``: a confluent-kafka loop
-        on a thread beside the faust worker (:mod:`argus.streams.steps_router_loop`), in
-        consumer group ``<prefix>-steps-router``: faust spends ~75 µs handing over each
-        record (BENCHMARKS.md, "faust's fetch loop"), a loop ~1 µs. Opt-in while measured.
+        ``kafka`` (default): a confluent-kafka loop on a thread beside the faust worker
+        (:mod:`argus.streams.steps_router_loop`), in consumer group ``<prefix>-steps-router``:
+        faust spends ~75 µs handing over each record (BENCHMARKS.md, "faust's fetch loop"),
+        a loop ~1 µs; the steps worker needs 23 % less CPU (BENCHMARKS.md, "The steps router
+        on its own loop"). ``faust``: an agent of the worker's app, as before session 21.
 
     Input limits: the ``max_*`` fields, inherited from :class:`argus.streams.limits.Limits`
     (their one definition, documented there; :mod:`argus.streams.validate` sends a record
@@ -193,7 +194,7 @@ class PipelineConfig(Limits):
     fetch_bytes: int = 8 << 20
     dlq_max_value_bytes: int = 900_000
     compressor_runtime: str = "kafka"
-    steps_router_runtime: str = "faust"
+    steps_router_runtime: str = "kafka"
 
     def __post_init__(self) -> None:
         ranged = (f.name for f in fields(self) if f.type not in ("bool", "str"))

@@ -1,6 +1,6 @@
 """The steps roles' router on its own confluent-kafka loop, beside the faust worker (issue 21).
 
-``streams.steps_router_runtime = "kafka"`` (opt-in) moves the router of
+``streams.steps_router_runtime = "kafka"`` (the default since session 21) moves the router of
 :mod:`argus.streams.agents.steps` off faust: faust 0.15 spends ~75 µs handing over each
 ``raw.steps`` record to an agent, a 450-byte record that librdkafka hands over in ~1 µs
 (BENCHMARKS.md, "faust's fetch loop without four tasks a record"), and the router sees one
@@ -21,7 +21,6 @@ no state: nothing is held back from the commits.
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Any
 
@@ -31,7 +30,6 @@ from argus.config import Settings
 from argus.detectors.inputs import validate_step_record
 from argus.streams.groups import steps_router_group
 from argus.streams.kafka_loop import KafkaLoop
-from argus.streams.kafka_loop import start_beside as start_loop_beside
 from argus.streams.limits import Limits
 from argus.streams.pipeline_config import PipelineConfig
 from argus.streams.rekey import item_bytes, rekey_messages
@@ -40,7 +38,7 @@ from argus.streams.roles.steps import collector_metrics, route_step
 from argus.streams.validate import Checker
 from argus.topics import topic_name
 
-__all__ = ["StepsRouterLoop", "start_beside"]
+__all__ = ["StepsRouterLoop"]
 
 
 class StepsRouterLoop(KafkaLoop):
@@ -101,12 +99,3 @@ class StepsRouterLoop(KafkaLoop):
                 except Exception as exc:  # too large to re-key: its records to the DLQ
                     for owner in owners:
                         self.dlq(owner, exc)
-
-
-def start_beside(
-    settings: Settings, pcfg: PipelineConfig, instance_id: str | None, legacy_group: str
-) -> tuple[threading.Thread, threading.Event, list[BaseException]]:
-    """The router loop on a thread of its own beside the faust worker of the steps tiers
-    (:func:`argus.streams.kafka_loop.start_beside`)."""
-    loop = StepsRouterLoop(settings, pcfg, instance_id=instance_id, legacy_group=legacy_group)
-    return start_loop_beside(loop, "steps-router-loop")

@@ -43,6 +43,7 @@ def test_rows_pure() -> None:
         # ... or in the group itself (the faust runtime)
         {"group": "p-compressor-stacks", "state": "stable", "members": 1, "topics": {"p.raw.kernels": {"lag": 0, "lag_s": 0.0, "committed": 1, "end": 1}}},
         {"group": "p-drill-123", "state": "empty", "members": 0, "topics": {}},
+        {"group": "p-steps-router", "state": "stable", "members": 1, "topics": {"p.raw.steps": {"lag": 0, "lag_s": 0.0, "committed": 1, "end": 1}}},
         {"group": "p.pagerduty", "state": "stable", "members": 1, "topics": {}},
     ]  # fmt: skip
     rr = role_rows(groups, "p")
@@ -51,6 +52,7 @@ def test_rows_pure() -> None:
         ("p-compressor-l3", ("l3",), "up"),
         ("p-compressor-stacks", ("compressor", "stacks"), "up"),
         ("p-l1-l2", ("l1", "l2"), "up"),
+        ("p-steps-router", ("steps-router",), "up"),
         ("p.pagerduty", ("pagerduty",), "up"),
     ]
     assert rr[3].lag == 5 and rr[3].lag_s == 2.0
@@ -58,6 +60,7 @@ def test_rows_pure() -> None:
     assert f"{JOB}: {iso(T0_NS)}" in text and "last step 2; 4 ranks; newest record 2 s ago" in text
     assert "argus report --around 'b'" in text
     assert "p-l1-l2 [l1+l2]: up (stable, 1 member(s)); lag 5 records, 2 s" in text
+    assert "p-steps-router [steps-router]: up" in text
     assert isinstance(rr[0], RoleRow)
 
 

@@ -15,8 +15,9 @@ from confluent_kafka.admin import AdminClient
 
 from argus.config import Settings, load_settings
 from argus.kafka.local import LocalBroker
-from argus.streams.groups import loop_group, worker_groups
+from argus.streams.groups import loop_group, steps_router_group, worker_groups
 from argus.streams.local_run import WorkerProcess
+from argus.streams.pipeline_config import PipelineConfig
 
 FAST = {  # short windows so the tests run in seconds
     "ARGUS_STREAMS__INTERNAL_PARTITIONS": "2",
@@ -47,7 +48,11 @@ def worker(prefix: str, tmp: Path, roles: tuple[str, ...] = ("all",), **env: str
     )
 
 
-def groups_of(prefix: str, roles: tuple[str, ...], steps_router: str = "faust") -> list[str]:
+STEPS_ROUTER = PipelineConfig().steps_router_runtime
+"""Where the workers' steps router runs unless a test says otherwise."""
+
+
+def groups_of(prefix: str, roles: tuple[str, ...], steps_router: str = STEPS_ROUTER) -> list[str]:
     """Every consumer group a worker running ``roles`` reads in (the steps router on
     ``steps_router``: ``streams.steps_router_runtime``)."""
     return worker_groups(prefix, roles, steps_router=steps_router)
@@ -64,8 +69,13 @@ def group_id(prefix: str, roles: tuple[str, ...]) -> str:
 
 def reader_group(prefix: str, roles: tuple[str, ...], raw: str) -> str:
     """The consumer group in which a worker running ``roles`` reads the raw topic ``raw``
-    (``raw.kernels``: the compressor's own loop, ``<prefix>-compressor``; else the app's)."""
-    return loop_group(prefix) if raw == "raw.kernels" else group_id(prefix, roles)
+    (``raw.kernels``: the compressor's own loop, ``<prefix>-compressor``; ``raw.steps``: the
+    steps router's, ``<prefix>-steps-router``; else the app's)."""
+    if raw == "raw.kernels":
+        return loop_group(prefix)
+    if raw == "raw.steps" and STEPS_ROUTER == "kafka":
+        return steps_router_group(prefix)
+    return group_id(prefix, roles)
 
 
 def scrape(port: int) -> str:

@@ -25,8 +25,9 @@ across the steps worker's restart and the catch-up, as offline.
 Fault modes (``MODES``): ``lag`` (published ~4x faster than the workers keep up on 2
 cores; the test checks the backlog grew while publishing), ``late-l3`` (the kernel-roles
 worker starts 60 s after the job), ``kill-kernels`` and ``kill-steps`` (SIGKILL of that
-worker mid-job, at step 25, restarted at once), ``kill-steps-loop`` (``kill-steps`` with the
-steps router on its own loop, ``streams.steps_router_runtime = "kafka"``), ``broker`` (a
+worker mid-job, at step 25, restarted at once; the steps router on its own loop, the
+default), ``kill-steps-faust`` (``kill-steps`` with the steps router a faust agent,
+``streams.steps_router_runtime = "faust"``), ``broker`` (a
 private broker stopped for 30 s at step 30 and restarted; the shared one is never touched).
 ``make test`` runs ``late-l3`` and the three SIGKILL modes; ``make chaos`` runs all six
 (results: docs/reliability.md, "Live equals offline").
@@ -59,7 +60,17 @@ from argus.sim.simulate import SimRun, publish, simulate
 from argus.streams.local_run import Watcher, WorkerProcess
 from argus.streams.pipeline_config import PipelineConfig
 
-from .harness import FAST, SPLIT, backlog, groups_of, has_metric, metric, private_broker, worker
+from .harness import (
+    FAST,
+    SPLIT,
+    STEPS_ROUTER,
+    backlog,
+    groups_of,
+    has_metric,
+    metric,
+    private_broker,
+    worker,
+)
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -94,7 +105,7 @@ class Mode:
     @property
     def steps_router(self) -> str:
         """``streams.steps_router_runtime`` of this mode's workers."""
-        return dict(self.env).get("ARGUS_STREAMS__STEPS_ROUTER_RUNTIME", "faust")
+        return dict(self.env).get("ARGUS_STREAMS__STEPS_ROUTER_RUNTIME", STEPS_ROUTER)
 
     def published(self, rec: dict[str, Any]) -> bool:
         """Whether the job writes ``rec`` (a stopped rank writes nothing while stopped)."""
@@ -109,13 +120,13 @@ MODES = {
         Mode("lag", steps=240, rate=20.0, probe_lag=True, stop=(5, 100, 180)),
         Mode("late-l3", late_s=60.0),
         Mode("kill-kernels", kill="kernels"),
-        Mode("kill-steps", kill="steps", stop=(5, 20, 45)),
-        # the same with the steps router on its own loop (streams.steps_router_runtime)
+        Mode("kill-steps", kill="steps", stop=(5, 20, 45)),  # the router on its own loop
+        # the same with the steps router a faust agent (streams.steps_router_runtime)
         Mode(
-            "kill-steps-loop",
+            "kill-steps-faust",
             kill="steps",
             stop=(5, 20, 45),
-            env=(("ARGUS_STREAMS__STEPS_ROUTER_RUNTIME", "kafka"),),
+            env=(("ARGUS_STREAMS__STEPS_ROUTER_RUNTIME", "faust"),),
         ),
         Mode("broker", steps=120, at=30, broker_down_s=30.0),
     )
@@ -370,7 +381,10 @@ partition every second, committed a second later."""
 
 
 def _drained(
-    settings: Settings, prefix: str, left: dict[str, dict[str, int]], steps_router: str = "faust"
+    settings: Settings,
+    prefix: str,
+    left: dict[str, dict[str, int]],
+    steps_router: str = STEPS_ROUTER,
 ) -> bool:
     """Both workers' groups committed every record of every topic they read (internal
     topics: all but their last ticks), and each did read its raw topic."""

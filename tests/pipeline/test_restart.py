@@ -72,7 +72,7 @@ def test_sigkill_mid_run_loses_and_duplicates_nothing(
         watch.wait_for(lambda _: False, timeout_s=15)  # the funnel's last windows
         # every input record was taken and committed: none stranded behind a dropped batch
         inputs = {
-            f"{topic_prefix}-{'-'.join(sorted(steps_roles))}": f"{topic_prefix}.raw.steps",
+            reader_group(topic_prefix, steps_roles, "raw.steps"): f"{topic_prefix}.raw.steps",
             reader_group(topic_prefix, kernel_roles, "raw.kernels"): f"{topic_prefix}.raw.kernels",
         }
         left: dict[str, int] = {}

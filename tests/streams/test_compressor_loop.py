@@ -37,6 +37,7 @@ from argus.config import Settings
 from argus.schemas import Codec
 from argus.streams.compressor_loop import CompressorLoop, Lookahead, LoopTopics
 from argus.streams.groups import loop_group
+from argus.streams.kafka_loop import KafkaLoop
 from argus.streams.local_run import Watcher
 from argus.streams.pipeline_config import PipelineConfig
 from argus.summaries.summary_record import summarize_batch
@@ -125,7 +126,8 @@ def _members(s: Settings, group: str) -> int:
 
 
 @contextmanager
-def _running(loop: CompressorLoop) -> Iterator[threading.Thread]:
+def _running(loop: KafkaLoop) -> Iterator[threading.Thread]:
+    """``loop`` running on a thread until the block ends."""
     stop = threading.Event()
     errors: list[BaseException] = []
 

@@ -7,13 +7,10 @@ from argus.streams.groups import worker_groups
 
 def test_the_loops_groups_join_the_faust_apps() -> None:
     steps = ("l1", "l2", "funnel", "stacks")
-    assert worker_groups("p", steps) == ["p-funnel-l1-l2-stacks"]
-    assert worker_groups("p", steps, steps_router="kafka") == [
-        "p-funnel-l1-l2-stacks",
-        "p-steps-router",
-    ]
-    assert worker_groups("p", ("compressor",), steps_router="kafka") == ["p-compressor"]
-    assert worker_groups("p", ("all",), steps_router="kafka") == [
+    assert worker_groups("p", steps, steps_router="faust") == ["p-funnel-l1-l2-stacks"]
+    assert worker_groups("p", steps) == ["p-funnel-l1-l2-stacks", "p-steps-router"]
+    assert worker_groups("p", ("compressor",)) == ["p-compressor"]
+    assert worker_groups("p", ("all",)) == [
         "p-all",
         "p-compressor",
         "p-steps-router",

@@ -1,9 +1,9 @@
 """Faust agents of the steps roles (``l1``, ``l2``): registration and transport only.
 
 A router decodes and validates each ``step_record`` (bad ones go to the DLQ with the
-reason) and re-keys it by rank block (:func:`argus.streams.roles.steps.route_step`; with
-``streams.steps_router_runtime = "kafka"`` a loop beside the worker does,
-:mod:`argus.streams.steps_router_loop`); two
+reason) and re-keys it by rank block (:func:`argus.streams.roles.steps.route_step`): by
+default a loop beside the worker does (:mod:`argus.streams.steps_router_loop`), with
+``streams.steps_router_runtime = "faust"`` an agent of the app; two
 window agents run the roles :class:`~argus.streams.roles.steps.StepBlocks` and
 :class:`~argus.streams.roles.steps.JobSteps`. Both levels share the router and the agents
 when they run in one worker (``argus worker l1 l2``); run alone, each has its own consumer
