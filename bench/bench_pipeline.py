@@ -463,8 +463,15 @@ def load(
         names = [" ".join(w.roles) for w in workers if w.proc] + ["broker"] * bool(broker_pid)
         for i, name in enumerate(names):
             m2, m3 = np.mean([x[i] for x in a]), np.mean([x[i] for x in b])
+            sixths = [rss[len(rss) * k // 6 : len(rss) * (k + 1) // 6] for k in range(6)]
+            trace = " ".join(
+                f"{min(x[i] for x in part):.0f}-{max(x[i] for x in part):.0f}"
+                for part in sixths
+                if part
+            )
             print(
-                f"  RSS {name}: 2nd third {m2:.0f} MB, last third {m3:.0f} MB ({m3 / m2 - 1:+.1%})"
+                f"  RSS {name}: 2nd third {m2:.0f} MB, last third {m3:.0f} MB ({m3 / m2 - 1:+.1%});"
+                f" min-max of each sixth: {trace}"
             )
     if faulty:
         by: dict[str, list[float]] = {"L2": [], "L3": []}
