@@ -14,7 +14,7 @@ __all__ = ["COMPRESSOR_RUNTIMES", "STEPS_ROUTER_RUNTIMES", "PipelineConfig"]
 COMPRESSOR_RUNTIMES = ("kafka", "faust")
 """``streams.compressor_runtime``: the compressor's own confluent-kafka loop, or faust."""
 STEPS_ROUTER_RUNTIMES = ("kafka", "faust")
-"""``streams.steps_router_runtime``: the steps router as a faust agent, or its own loop."""
+"""``streams.steps_router_runtime``: the steps router on its own loop, or a faust agent."""
 
 #: fields whose range is not ``> 0``; 0 turns max_skew_s, max_step_jump, producer_linger_s,
 #: silent_steps off
