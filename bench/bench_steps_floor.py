@@ -10,6 +10,11 @@
   kind once per step over the last ``l2_window_steps`` steps, ``l2.detect`` on the groups the
   screen keeps: no per-record objects, no tiers, no state. Its (rank, phase) pairs named by
   L2 stragglers are compared with the project's.
+* **job-tier floor**: the part of the floor's per-step work that the job tier does in the
+  project, the L2 of the groups whose ranks span more than one block (their window cells
+  gathered, screened, ``l2.detect`` on the kept ones), per step. It leaves out what the job
+  tier does besides (L1 of the job's step time, the transfer stats, joining the blocks'
+  partial groups), so it is a lower bound of the job tier's own work.
 
 Project and floor alternate per repetition; medians are printed with the ratio. The heap
 is frozen after the setup and the collector's thresholds set
@@ -92,7 +97,9 @@ async def _project(blobs: list[bytes], block_ranks: int, steps: int) -> dict[str
 class _Floor:
     """Decode + array fill + vectorised L2, no per-record objects (module doc)."""
 
-    def __init__(self, first_step: list[dict[str, Any]], width: int, steps: int) -> None:
+    def __init__(
+        self, first_step: list[dict[str, Any]], width: int, steps: int, block_ranks: int
+    ) -> None:
         routing = Routing.default()
         self.cfg = DetectorsConfig().l2
         self.width = width
@@ -112,7 +119,8 @@ class _Floor:
         self.a = np.zeros((n, steps), dtype=np.int64)
         self.b = np.zeros((n, steps), dtype=np.int64)
         # per kind: its phase columns and its groups' member rows (G, R), from the coords
-        self.kinds: list[tuple[str, list[str], np.ndarray, np.ndarray]] = []
+        # and whether each kind's groups span blocks (judged by the job tier in the project)
+        self.kinds: list[tuple[str, list[str], np.ndarray, np.ndarray, bool]] = []
         by_kind: dict[str, list[int]] = {}
         for name, s in ph:
             k = routing.kind_of(name, s)
@@ -128,13 +136,16 @@ class _Floor:
             gids = sorted(groups)
             sizes = {len(v) for v in groups.values()}
             assert len(sizes) == 1, "the floor assumes full, equal groups"
-            self.kinds.append(
-                (k, gids, np.array([groups[g] for g in gids]), np.array(cols, dtype=np.int64))
-            )
+            members = np.array([groups[g] for g in gids])
+            blocks = self.ranks[members] // block_ranks  # (G, R)
+            spans = (blocks.min(axis=1) != blocks.max(axis=1)).tolist()
+            assert len(set(spans)) == 1, "the floor assumes a kind's groups all span or none"
+            self.kinds.append((k, gids, members, np.array(cols, dtype=np.int64), spans[0]))
         self.comp = np.array([s == "compute" for s in self.sk])
         self.p2p = np.array([s == "p2p" for s in self.sk])
         self.step_i: dict[int, int] = {}
         self.pairs: set[tuple[int, str]] = set()
+        self.t_job = 0.0  # CPU s in the L2 of the groups that span blocks
 
     def add(self, rec: dict[str, Any]) -> None:
         i = self.row[rec["rank"]]
@@ -163,9 +174,10 @@ class _Floor:
             ).sum(axis=2)
             d[:, self.comp] -= np.minimum(ov, d)[:, self.comp]
         lo = max(0, j + 1 - self.width)
-        for k, gids, members, cols in self.kinds:
-            dk = self.d[members][:, :, lo : j + 1][..., cols]  # (G, R, W, Pk)
-            it = self.it[members][:, :, lo : j + 1]
+        for k, gids, members, cols, spans in self.kinds:
+            c0 = time.process_time()
+            dk = self.d[:, lo : j + 1][..., cols][members]  # (G, R, W, Pk)
+            it = self.it[:, lo : j + 1][members]
             sks = [self.sk[c] for c in cols]
             for g in np.flatnonzero(screen(dk, it, sks, self.cfg)).tolist():
                 rows = members[g]
@@ -185,9 +197,13 @@ class _Floor:
                 for f in l2.detect(w, self.cfg):
                     if f.kind == "straggler" and f.phase:
                         self.pairs.update((r, f.phase) for r in f.ranks)
+            if spans:
+                self.t_job += time.process_time() - c0
 
 
-def _floor(blobs: list[bytes], world: int, steps: int, width: int) -> dict[str, Any]:
+def _floor(
+    blobs: list[bytes], world: int, steps: int, width: int, block_ranks: int
+) -> dict[str, Any]:
     codec = Codec()
     t = 0.0
     fl: _Floor | None = None
@@ -199,7 +215,7 @@ def _floor(blobs: list[bytes], world: int, steps: int, width: int) -> dict[str, 
         if fl is None:
             first.append(rec)
             if len(first) == world:  # the topology: lookup tables, once
-                fl = _Floor(first, width, steps)
+                fl = _Floor(first, width, steps, block_ranks)
                 for r in first:
                     fl.add(r)
                 fl.close(first[0]["step"])
@@ -210,7 +226,11 @@ def _floor(blobs: list[bytes], world: int, steps: int, width: int) -> dict[str, 
                 fl.close(rec["step"])
         t += time.process_time() - c0
     assert fl is not None
-    return {"us_per_record": 1e6 * t / len(blobs), "pairs": fl.pairs}
+    return {
+        "us_per_record": 1e6 * t / len(blobs),
+        "job_ms_per_step": 1e3 * fl.t_job / steps,
+        "pairs": fl.pairs,
+    }
 
 
 def main() -> int:
@@ -234,16 +254,18 @@ def main() -> int:
     flo: list[dict[str, Any]] = []
     for _ in range(a.reps):
         proj.append(asyncio.run(_project(blobs, a.block_ranks, a.steps)))
-        flo.append(_floor(blobs, a.ranks, a.steps, width))
+        flo.append(_floor(blobs, a.ranks, a.steps, width, a.block_ranks))
     p_us = statistics.median(m["us_per_record"] for m in proj)
     j_ms = statistics.median(m["job_ms_per_step"] for m in proj)
     f_us = statistics.median(m["us_per_record"] for m in flo)
+    fj_ms = statistics.median(m["job_ms_per_step"] for m in flo)
     pp, fp = proj[0]["pairs"], flo[0]["pairs"]
     print(
         f"ranks {a.ranks} block {a.block_ranks} steps {a.steps} reps {a.reps} "
         f"load {os.getloadavg()[0]:.2f} frozen {gc.get_freeze_count()} gc {gc.get_threshold()}\n"
-        f"project {p_us:.0f} us/record (job tier {j_ms:.1f} ms/step)  floor {f_us:.1f} us/record"
-        f"  ratio {p_us / f_us:.1f}x\n"
+        f"project {p_us:.0f} us/record  floor {f_us:.1f} us/record  ratio {p_us / f_us:.1f}x\n"
+        f"job tier {j_ms:.1f} ms/step  its floor {fj_ms:.1f} ms/step"
+        f"  ratio {j_ms / fj_ms if fj_ms else float('nan'):.1f}x\n"
         f"L2 straggler (rank, phase) pairs: project {len(pp)}, floor {len(fp)}, both {len(pp & fp)}"
     )
     return 0

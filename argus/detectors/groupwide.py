@@ -375,10 +375,7 @@ def _receive_stats(
     """The receive stats of ``rows`` (``(step index, kind, group id, phase, rank, stage,
     entries, ns)``), whose key columns (kind, group id, phase, rank, stage), concatenated, are
     ``firsts`` with each row's first occurrence kept and ``lasts`` with each row's last."""
-    # (kind, gid, stage) -> its last rank; (kind, gid, phase, rank) -> its first stage
-    at: dict[tuple[str, str, int], int] = {}
-    for c in lasts:
-        at.update(zip(zip(c[0], c[1], c[4], strict=True), c[3], strict=True))
+    # (kind, gid, phase, rank) -> its first stage
     known: dict[str, set[int]] = {}
     first: dict[tuple[str, str, str, int], int] = {}
     for c in reversed(firsts):
@@ -400,6 +397,9 @@ def _receive_stats(
             sides[(kind, phase)] = 1
     if not sides:  # no phase tells a direction (one every stage has): nothing to compare
         return []
+    at: dict[tuple[str, str, int], int] = {}  # (kind, gid, stage) -> its last rank
+    for c in lasts:
+        at.update(zip(zip(c[0], c[1], c[4], strict=True), c[3], strict=True))
     by: dict[tuple[str, str, str, int], tuple[int, list[int], np.ndarray]] = {}
     for i, kind, gid, phase, rank, stage, entries, ns in rows:
         if (kind, phase) not in sides:
@@ -640,17 +640,20 @@ def detect_stats(
     start_ns, end_ns = span_ns
     if steps.size == 0:
         return []
-    hosts = dict(hosts or {})
+    given = hosts or {}
+    per = cfg.gpus_per_host
+    # every member rank's host, named once (a lookup per member below, not a call)
+    at = {r: given.get(r) or f"node{r // per}" for r in set().union(*(g.members for g in stats))}
 
     def host(r: int) -> str:
-        return hosts.get(r) or f"node{r // cfg.gpus_per_host}"
+        return at.get(r) or given.get(r) or f"node{r // per}"
 
     classes: dict[tuple[str, str, int, int | None], list[GroupStat]] = {}
     for g in stats:
         classes.setdefault(g.cls, []).append(g)
     of: dict[int, set[str]] = {}  # a members tuple's id -> its hosts (a group's phases share it)
     hosts_in = {
-        id(g): of.get(id(g.members)) or of.setdefault(id(g.members), {host(r) for r in g.members})
+        id(g): of.get(id(g.members)) or of.setdefault(id(g.members), {at[r] for r in g.members})
         for g in stats
     }
     inter = [g for g in stats if len(hosts_in[id(g)]) > 1]

@@ -28,6 +28,10 @@ FAST = {  # short windows so the tests run in seconds
     "ARGUS_STREAMS__IDLE_CLOSE_S": "30",
 }
 
+TICK_SLACK = 3 * int(FAST["ARGUS_STREAMS__INTERNAL_PARTITIONS"])
+"""Uncommitted records an internal topic may hold when idle: the ticks a timer sends each
+partition every second, committed a second later."""
+
 
 def free_port() -> int:
     with socket.socket() as s:

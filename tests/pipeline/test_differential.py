@@ -64,6 +64,7 @@ from .harness import (
     FAST,
     SPLIT,
     STEPS_ROUTER,
+    TICK_SLACK,
     backlog,
     groups_of,
     has_metric,
@@ -373,11 +374,6 @@ class _Live:
             self.closed = True
         for w in self.running():
             w.stop()
-
-
-TICK_SLACK = 3 * int(FAST["ARGUS_STREAMS__INTERNAL_PARTITIONS"])
-"""Uncommitted records an internal topic may hold when idle: the ticks a timer sends each
-partition every second, committed a second later."""
 
 
 def _drained(

@@ -21,7 +21,7 @@ from argus.config import Settings
 from argus.sim.simulate import SimRun, publish, simulate
 from argus.topics import topic_name
 
-from .harness import FAST, backlog, groups_of, worker
+from .harness import TICK_SLACK, backlog, groups_of, worker
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -112,9 +112,8 @@ def test_sigkilled_worker_gets_its_partitions_back_within_seconds(
             for g in groups_of(topic_prefix, ROLES):
                 left.update(backlog(kafka, g))
             read = {topic_name(t, topic_prefix) for t in ("raw.steps", "internal.steps-by-block")}
-            ticks = 3 * int(FAST["ARGUS_STREAMS__INTERNAL_PARTITIONS"])  # a second's, uncommitted
             return read <= left.keys() and not any(
-                n > (ticks if ".internal." in t else 0) for t, n in left.items()
+                n > (TICK_SLACK if ".internal." in t else 0) for t, n in left.items()
             )
 
         assert _wait(drained, 60) is not None, (left, first.log_tail(), second.log_tail())

@@ -100,14 +100,12 @@ def _publish(s: Settings, values: list[tuple[bytes, bytes]], partitions: int = 1
     assert prod.flush(30) == 0
 
 
-def _committed(s: Settings, group: str) -> int:
-    """``group``'s committed offset on raw.kernels[0] (-1001: none)."""
+def _committed(s: Settings, group: str, topic: str | None = None) -> int:
+    """``group``'s committed offset on ``topic``[0] (default raw.kernels; -1001: none)."""
+    tp = TopicPartition(topic or LoopTopics.of(s.topic_prefix).raw, 0)
     admin = AdminClient(s.kafka_config())
-    req = ConsumerGroupTopicPartitions(
-        group, [TopicPartition(LoopTopics.of(s.topic_prefix).raw, 0)]
-    )
-    res = admin.list_consumer_group_offsets([req])[group].result(timeout=15)
-    return int(res.topic_partitions[0].offset)
+    res = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group, [tp])])
+    return int(res[group].result(timeout=15).topic_partitions[0].offset)
 
 
 def _records(s: Settings, topic: str) -> int:

@@ -8,8 +8,7 @@ import dataclasses
 import time
 
 import pytest
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from argus.config import Settings
 from argus.schemas import Codec
@@ -19,7 +18,7 @@ from argus.streams.pipeline_config import PipelineConfig
 from argus.streams.rekey import read_message
 from argus.streams.steps_router_loop import StepsRouterLoop
 from argus.topics import topic_name
-from tests.streams.test_compressor_loop import _running
+from tests.streams.test_compressor_loop import _committed, _running
 
 CODEC = Codec()
 pytestmark = pytest.mark.kafka
@@ -55,14 +54,6 @@ def _routed(s: Settings, want: int, timeout_s: float = 60.0) -> list[tuple[int, 
     return sorted(got)
 
 
-def _committed(s: Settings, group: str) -> int:
-    """``group``'s committed offset on raw.steps[0] (-1001: none)."""
-    admin = AdminClient(s.kafka_config())
-    tp = TopicPartition(topic_name("raw.steps", s.topic_prefix), 0)
-    res = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group, [tp])])
-    return int(res[group].result(timeout=15).topic_partitions[0].offset)
-
-
 def test_the_router_loop_starts_where_the_faust_group_committed(
     kafka: Settings, topic_prefix: str
 ) -> None:
@@ -70,14 +61,15 @@ def test_the_router_loop_starts_where_the_faust_group_committed(
     the worker's faust app (``legacy_group``); the loop, whose own group never committed,
     routes records 24.. once each (none skipped, none repeated) and commits the end."""
     s = dataclasses.replace(kafka, topic_prefix=topic_prefix)
+    raw = topic_name("raw.steps", topic_prefix)
     recs = _steps(ranks=16, steps=3)  # 48 records, 16 a step
     prod = Producer(s.kafka_config(**{"enable.idempotence": True}))
     for key, value, _step in recs:
-        prod.produce(topic_name("raw.steps", topic_prefix), value, key, partition=0)
+        prod.produce(raw, value, key, partition=0)
     assert prod.flush(30) == 0
     legacy = f"{topic_prefix}-funnel-l1-l2-stacks"
     old = Consumer(s.kafka_config(**{"group.id": legacy, "enable.auto.commit": False}))
-    tp = TopicPartition(topic_name("raw.steps", topic_prefix), 0, 24)
+    tp = TopicPartition(raw, 0, 24)
     old.commit(offsets=[tp], asynchronous=False)
     old.close()
     pcfg = PipelineConfig(internal_partitions=1)  # the fixture made one partition a topic
@@ -85,8 +77,11 @@ def test_the_router_loop_starts_where_the_faust_group_committed(
     with _running(loop):
         got = _routed(s, want=24)
         deadline = time.monotonic() + 20
-        while _committed(s, steps_router_group(topic_prefix)) != 48 and time.monotonic() < deadline:
+        while (
+            _committed(s, steps_router_group(topic_prefix), raw) != 48
+            and time.monotonic() < deadline
+        ):
             time.sleep(0.5)
     want = sorted((CODEC.decode_as("step_record", v)["rank"], step) for _k, v, step in recs[24:])
     assert got == want
-    assert _committed(s, steps_router_group(topic_prefix)) == 48
+    assert _committed(s, steps_router_group(topic_prefix), raw) == 48
