@@ -67,6 +67,9 @@ SUPER_USERS = f"User:admin;User:CN={BROKER_CN}"
 #: Port distance between the nodes of a local cluster: node i (1-based) listens on
 #: ``kafka_port + 10 (i-1)`` and its controller on ``controller_port + 10 (i-1)``.
 PORT_STRIDE = 10
+#: How long a starting node must look not running (no JVM of ours at its pid) before ``up``
+#: says it exited (s).
+EXIT_GRACE_S = 2.0
 
 
 class BrokerError(ArgusError, RuntimeError):
@@ -513,9 +516,16 @@ class LocalBroker:
             **{"log_level": 0, "bootstrap.servers": bootstrap}
         )
         admin = AdminClient(cfg)
+        gone: dict[int, float] = {}  # node id -> when it was first seen not running
         while time.monotonic() < deadline:
             for n in nodes:
-                if self.node_pid(n) is None:
+                if self.node_pid(n) is not None:
+                    gone.pop(n.id, None)
+                    continue
+                # seen not running for EXIT_GRACE_S on end: one look can miss a starting JVM
+                # (a CI run once read it as exited while it went on to run for minutes)
+                first = gone.setdefault(n.id, time.monotonic())
+                if time.monotonic() - first >= EXIT_GRACE_S:
                     tail = _tail(n.logs / "server.log") or _tail(n.logs / "stdout.log")
                     raise BrokerError(
                         f"the broker{f' node {n.id}' if len(nodes) > 1 else ''} exited during "

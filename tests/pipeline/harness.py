@@ -119,8 +119,8 @@ def private_broker(tmp: Path) -> Iterator[tuple[LocalBroker, Settings, dict[str,
     }
     settings = load_settings(env=env)
     broker = LocalBroker(settings)
-    assert broker.up(timeout_s=120).running
-    try:
+    try:  # a failed start stops what it left running too
+        assert broker.up(timeout_s=120).running
         yield broker, settings, env
     finally:
         broker.down()
