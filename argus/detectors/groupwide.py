@@ -641,12 +641,15 @@ def detect_stats(
     if steps.size == 0:
         return []
     given = hosts or {}
-    per = cfg.gpus_per_host
+
+    def name_of(r: int) -> str:
+        return given.get(r) or f"node{r // cfg.gpus_per_host}"
+
     # every member rank's host, named once (a lookup per member below, not a call)
-    at = {r: given.get(r) or f"node{r // per}" for r in set().union(*(g.members for g in stats))}
+    at = {r: name_of(r) for r in set().union(*(g.members for g in stats))}
 
     def host(r: int) -> str:
-        return at.get(r) or given.get(r) or f"node{r // per}"
+        return at.get(r) or name_of(r)
 
     classes: dict[tuple[str, str, int, int | None], list[GroupStat]] = {}
     for g in stats:
